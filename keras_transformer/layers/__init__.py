@@ -1,0 +1,21 @@
+"""The Transformer's Keras layers, one public class per module."""
+
+from keras_transformer.layers.decoder import Decoder
+from keras_transformer.layers.decoder_layer import DecoderLayer
+from keras_transformer.layers.embedding import TransformerEmbedding
+from keras_transformer.layers.encoder import Encoder
+from keras_transformer.layers.encoder_layer import EncoderLayer
+from keras_transformer.layers.feed_forward import FeedForward
+from keras_transformer.layers.multi_head_attention import MultiHeadAttention
+from keras_transformer.layers.positional_encoding import PositionalEncoding
+
+__all__ = [
+    "Decoder",
+    "DecoderLayer",
+    "Encoder",
+    "EncoderLayer",
+    "FeedForward",
+    "MultiHeadAttention",
+    "PositionalEncoding",
+    "TransformerEmbedding",
+]

@@ -1,0 +1,87 @@
+"""Shared arguments of the encoder and decoder layers, and their residual sublayer wiring."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import keras
+
+from keras_transformer.validation import check_positive_float, check_positive_int, check_rate
+
+
+class BlockBase(keras.layers.Layer):
+    """Base of `EncoderLayer` and `DecoderLayer`: their common arguments and config.
+
+    Not public: see the subclasses for the arguments.
+    """
+
+    def __init__(
+        self,
+        num_heads: int,
+        d_ff: int,
+        dropout: float = 0.0,
+        attention_dropout: float = 0.0,
+        activation="relu",
+        norm_first: bool = False,
+        layer_norm_epsilon: float = 1e-6,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.num_heads = check_positive_int("num_heads", num_heads)
+        self.d_ff = check_positive_int("d_ff", d_ff)
+        self.dropout = check_rate("dropout", dropout)
+        self.attention_dropout = check_rate("attention_dropout", attention_dropout)
+        self.activation = keras.activations.get(activation)
+        self.norm_first = bool(norm_first)
+        self.layer_norm_epsilon = check_positive_float("layer_norm_epsilon", layer_norm_epsilon)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_heads": self.num_heads,
+                "d_ff": self.d_ff,
+                "dropout": self.dropout,
+                "attention_dropout": self.attention_dropout,
+                "activation": keras.activations.serialize(self.activation),
+                "norm_first": self.norm_first,
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+            }
+        )
+        return config
+
+    def _build_norm_and_dropout(self, prefix: str, inputs_shape) -> None:
+        """Creates and builds `{prefix}_norm` and `{prefix}_dropout`."""
+        norm = keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=f"{prefix}_norm"
+        )
+        norm.build(inputs_shape)
+        dropout = keras.layers.Dropout(
+            self.dropout, dtype=self.dtype_policy, name=f"{prefix}_dropout"
+        )
+        setattr(self, f"{prefix}_norm", norm)
+        setattr(self, f"{prefix}_dropout", dropout)
+
+    def _residual(self, prefix: str, x, sublayer: Callable, training=None):
+        """Applies one sublayer with its residual connection, dropout and LayerNorm.
+
+        Post-norm (the paper): `LayerNorm(x + Dropout(sublayer(x)))`.
+        Pre-norm: `x + Dropout(sublayer(LayerNorm(x)))`.
+
+        Args:
+            prefix: names the sublayer's `{prefix}_norm` and `{prefix}_dropout`.
+            x: (B, T, d_model).
+            sublayer: called on the (normalized) input; returns a tensor, or a tuple whose
+                first element is the tensor and whose other elements are passed through.
+            training: whether dropout is active.
+
+        Returns:
+            `(output, extras)`: output (B, T, d_model) and the tuple of the sublayer's extra
+            results (empty when it returned a tensor).
+        """
+        norm = getattr(self, f"{prefix}_norm")
+        dropout = getattr(self, f"{prefix}_dropout")
+        y = sublayer(norm(x) if self.norm_first else x)
+        y, extras = (y[0], tuple(y[1:])) if isinstance(y, tuple) else (y, ())
+        x = x + dropout(y, training=training)
+        return (x if self.norm_first else norm(x)), extras

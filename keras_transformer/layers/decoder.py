@@ -1,0 +1,150 @@
+"""The decoder stack: embedding + N decoder layers (+ final LayerNorm when pre-norm)."""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+from keras_transformer import masks
+from keras_transformer.layers.decoder_layer import DecoderLayer
+from keras_transformer.layers.stack_base import StackBase
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class Decoder(StackBase):
+    """Transformer decoder: `TransformerEmbedding` then `num_layers` `DecoderLayer`s.
+
+    Returns hidden states; `logits()` projects them onto the vocabulary through the
+    embedding's reverse projection (the transposed embedding matrix when `tie_weights`).
+
+    Args:
+        vocabulary_size: target vocabulary size.
+        num_layers: number of layers (the paper's N).
+        d_model: model size (d_model).
+        num_heads: attention heads (h).
+        d_ff: feed-forward inner size (d_ff).
+        dropout: dropout (P_drop) on embeddings and residuals.
+        attention_dropout: dropout on attention weights.
+        activation: feed-forward activation.
+        max_length: longest target sequence accepted.
+        norm_first: pre-norm (True) or post-norm (False, the paper).
+        layer_norm_epsilon: LayerNorm epsilon.
+        pad_id: padding id, used to derive the padding mask when none is passed.
+        tie_weights: project to logits with the transposed embedding matrix (True, as in
+            the paper) or a separate (d_model, V) matrix (False).
+        embedding: optional `TransformerEmbedding` to use instead of creating one (for
+            sharing it with the encoder); not part of the config.
+        **kwargs: base layer arguments.
+
+    Call arguments:
+        token_ids: int (B, T).
+        encoder_output: (B, S, d_model); may be `None` with `cross_attention_cache`.
+        padding_mask: optional bool (B, T); defaults to `token_ids != pad_id`.
+        encoder_padding_mask: optional bool (B, S), True at real source tokens.
+        cache: optional (B, N, 2, T_max, H, D) self-attention cache (`init_cache`); then
+            `cache_update_index` is the position of `token_ids[:, 0]`.
+        cache_update_index: int or scalar tensor.
+        cross_attention_cache: optional (B, N, 2, S, H, D) precomputed encoder keys/values
+            (`compute_cross_attention_cache`).
+        return_attention_scores: also return `{"self_attention": [...],
+            "cross_attention": [...]}`, per-layer weights (B, H, T, T) and (B, H, T, S).
+        training: whether dropout is active.
+
+    Returns:
+        Hidden states (B, T, d_model); then the attention dict if requested; then the
+        updated cache if one was given; as a tuple when there is more than one.
+
+    Example:
+    >>> decoder = Decoder(100, num_layers=2, d_model=16, num_heads=2, d_ff=32)
+    >>> hidden = decoder(keras.ops.ones((2, 5), "int32"), keras.ops.ones((2, 7, 16)))
+    >>> decoder.logits(hidden).shape
+    (2, 5, 100)
+    """
+
+    layer_class = DecoderLayer
+
+    def __init__(self, *args, tie_weights: bool = True, **kwargs):
+        self.tie_weights = bool(tie_weights)
+        super().__init__(*args, **kwargs)
+
+    def _ties_embedding_weights(self) -> bool:
+        return self.tie_weights
+
+    def build(self, token_ids_shape, encoder_output_shape=None):
+        self._build_stack(token_ids_shape)
+
+    def call(
+        self,
+        token_ids,
+        encoder_output=None,
+        padding_mask=None,
+        encoder_padding_mask=None,
+        cache=None,
+        cache_update_index=None,
+        cross_attention_cache=None,
+        return_attention_scores: bool = False,
+        training=None,
+    ):
+        if cache is not None and cache_update_index is None:
+            raise ValueError(
+                "Received `cache` without `cache_update_index`; pass the position of the "
+                "first token of `token_ids`."
+            )
+        if padding_mask is None and cache is None:
+            padding_mask = masks.padding_mask(token_ids, self.pad_id)  # (B, T)
+        start_index = 0 if cache is None else cache_update_index
+        x = self.embedding(token_ids, start_index=start_index, training=training)  # (B, T, D)
+        self_weights, cross_weights, new_caches = [], [], []
+        for i, layer in enumerate(self.layers_):
+            outputs = layer(
+                x,
+                encoder_output,
+                decoder_padding_mask=padding_mask,
+                encoder_padding_mask=encoder_padding_mask,
+                self_attention_cache=None if cache is None else cache[:, i, ...],
+                self_attention_cache_update_index=cache_update_index,
+                cross_attention_cache=(
+                    None if cross_attention_cache is None else cross_attention_cache[:, i, ...]
+                ),
+                return_attention_scores=True,
+                training=training,
+            )  # (B, T, D), (B, H, T, T), (B, H, T, S)[, (B, 2, T_max, H, D)]
+            x, layer_self_weights, layer_cross_weights = outputs[:3]
+            self_weights.append(layer_self_weights)
+            cross_weights.append(layer_cross_weights)
+            if cache is not None:
+                new_caches.append(outputs[3])
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+
+        results = (x,)
+        if return_attention_scores:
+            results += ({"self_attention": self_weights, "cross_attention": cross_weights},)
+        if cache is not None:
+            results += (ops.stack(new_caches, axis=1),)  # (B, N, 2, T_max, H, D)
+        return results[0] if len(results) == 1 else results
+
+    def logits(self, hidden):
+        """Projects hidden states (B, T, d_model) to float32 logits (B, T, V)."""
+        return ops.cast(self.embedding.reverse(hidden), "float32")
+
+    def init_cache(self, batch_size, max_length: int):
+        """A zero self-attention cache (B, N, 2, T_max, H, D) in the compute dtype."""
+        head_dim = self.d_model // self.num_heads
+        shape = (batch_size, self.num_layers, 2, max_length, self.num_heads, head_dim)
+        return ops.zeros(shape, dtype=self.compute_dtype)
+
+    def compute_cross_attention_cache(self, encoder_output):
+        """Projects the encoder output once for all decoding steps: (B, N, 2, S, H, D)."""
+        return ops.stack(
+            [layer.cross_attention.compute_cache(encoder_output) for layer in self.layers_],
+            axis=1,
+        )
+
+    def compute_output_shape(self, token_ids_shape, encoder_output_shape=None):
+        return (*token_ids_shape, self.d_model)
+
+    def get_config(self):
+        config = super().get_config()
+        config["tie_weights"] = self.tie_weights
+        return config

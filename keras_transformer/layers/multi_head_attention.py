@@ -1,0 +1,206 @@
+"""Multi-head scaled dot-product attention with an optional key/value cache."""
+
+from __future__ import annotations
+
+import math
+
+import keras
+from keras import ops
+
+from keras_transformer.validation import check_positive_int, check_rate
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class MultiHeadAttention(keras.layers.Layer):
+    """Multi-head attention (Vaswani et al. 2017, section 3.2).
+
+    `softmax(Q K^T / sqrt(d_k)) V` over `num_heads` heads, with Q/K/V/output projections. The
+    mask convention is the package's (`keras_transformer.masks`): True means "may attend".
+
+    One path computes the attention (einsum + masked softmax in float32): on the TensorFlow
+    backend `keras.ops.dot_product_attention` is no fused kernel and measured no faster
+    (`benchmarks/attention.py`), and a single path keeps the numbers identical everywhere.
+
+    For incremental decoding the layer takes a `cache` of keys and values, shaped
+    (B, 2, S_max, H, D_k) with keys at index 0 and values at index 1:
+
+    - self-attention: pass `cache` and `cache_update_index`; the keys/values of the new
+      query positions are written into the cache at that index, attention runs over the
+      whole cache (mask the unwritten tail with `masks.causal_mask(..., offset=index)`), and
+      the updated cache is returned;
+    - cross-attention: pass a precomputed `cache` (see `compute_cache`) and no
+      `cache_update_index`; the encoder keys/values are read from it, not recomputed.
+
+    Args:
+        num_heads: number of heads (the paper's h).
+        key_dim: size of each head for queries and keys (the paper's d_k = d_model / h).
+        value_dim: size of each head for values (d_v); defaults to `key_dim`.
+        output_dim: size of the output; defaults to the query's last dimension (d_model).
+        dropout: dropout rate on the attention weights.
+        use_bias: whether the projections have biases.
+        kernel_initializer: initializer of the projection kernels.
+        bias_initializer: initializer of the projection biases.
+        **kwargs: base layer arguments.
+
+    Call arguments:
+        query: (B, T, d_model).
+        value: (B, S, d_model).
+        key: (B, S, d_model); defaults to `value`.
+        attention_mask: bool, broadcastable to (B, T, S); True = may attend.
+        return_attention_scores: also return the attention weights (B, H, T, S).
+        cache: optional (B, 2, S_max, H, D_k) key/value cache (see above).
+        cache_update_index: int or scalar tensor; where the new keys/values go.
+        training: whether dropout is active.
+
+    Returns:
+        The output (B, T, output_dim); then the weights (B, H, T, S) if
+        `return_attention_scores`; then the updated cache if `cache_update_index` was given;
+        as a tuple when there is more than the output.
+
+    Example:
+    >>> mha = MultiHeadAttention(num_heads=2, key_dim=8)
+    >>> x = keras.ops.ones((3, 5, 16))
+    >>> out, weights = mha(x, x, return_attention_scores=True)
+    >>> out.shape, weights.shape
+    ((3, 5, 16), (3, 2, 5, 5))
+    """
+
+    def __init__(
+        self,
+        num_heads: int,
+        key_dim: int,
+        value_dim: int | None = None,
+        output_dim: int | None = None,
+        dropout: float = 0.0,
+        use_bias: bool = True,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.num_heads = check_positive_int("num_heads", num_heads)
+        self.key_dim = check_positive_int("key_dim", key_dim)
+        self.value_dim = check_positive_int("value_dim", value_dim or key_dim)
+        self.output_dim = (
+            None if output_dim is None else check_positive_int("output_dim", output_dim)
+        )
+        self.dropout = check_rate("dropout", dropout)
+        self.use_bias = bool(use_bias)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+
+    def _dense(self, units: int, name: str) -> keras.layers.Dense:
+        return keras.layers.Dense(
+            units,
+            use_bias=self.use_bias,
+            kernel_initializer=keras.initializers.get(
+                keras.initializers.serialize(self.kernel_initializer)
+            ),
+            bias_initializer=keras.initializers.get(
+                keras.initializers.serialize(self.bias_initializer)
+            ),
+            dtype=self.dtype_policy,
+            name=name,
+        )
+
+    def build(self, query_shape, value_shape=None, key_shape=None):
+        value_shape = query_shape if value_shape is None else value_shape
+        key_shape = value_shape if key_shape is None else key_shape
+        output_dim = self.output_dim or query_shape[-1]
+        self.query_dense = self._dense(self.num_heads * self.key_dim, "query")
+        self.query_dense.build(query_shape)
+        self.key_dense = self._dense(self.num_heads * self.key_dim, "key")
+        self.key_dense.build(key_shape)
+        self.value_dense = self._dense(self.num_heads * self.value_dim, "value")
+        self.value_dense.build(value_shape)
+        self.output_dense = self._dense(output_dim, "attention_output")
+        self.output_dense.build((*query_shape[:-1], self.num_heads * self.value_dim))
+        self.dropout_layer = keras.layers.Dropout(
+            self.dropout, dtype=self.dtype_policy, name="attention_dropout"
+        )
+        self.built = True
+
+    def _split_heads(self, x, head_dim: int):
+        shape = ops.shape(x)
+        return ops.reshape(x, (shape[0], shape[1], self.num_heads, head_dim))  # (B, L, H, D)
+
+    def project_key_value(self, key, value):
+        """Projects keys and values to heads: two (B, S, H, D) tensors."""
+        k = self._split_heads(self.key_dense(key), self.key_dim)  # (B, S, H, Dk)
+        v = self._split_heads(self.value_dense(value), self.value_dim)  # (B, S, H, Dv)
+        return k, v
+
+    def compute_cache(self, value, key=None):
+        """Precomputes the (B, 2, S, H, D) key/value cache of a fixed sequence (cross-attention).
+
+        Requires `value_dim == key_dim` (keys and values share the cache tensor).
+        """
+        key = value if key is None else key
+        k, v = self.project_key_value(key, value)
+        return ops.stack([k, v], axis=1)  # (B, 2, S, H, D)
+
+    def call(
+        self,
+        query,
+        value,
+        key=None,
+        attention_mask=None,
+        return_attention_scores: bool = False,
+        cache=None,
+        cache_update_index=None,
+        training=None,
+    ):
+        key = value if key is None else key
+        q = self._split_heads(self.query_dense(query), self.key_dim)  # (B, T, H, Dk)
+
+        if cache is not None and cache_update_index is None:
+            k, v = cache[:, 0, ...], cache[:, 1, ...]  # (B, S, H, D): precomputed
+        else:
+            k, v = self.project_key_value(key, value)  # (B, S_new, H, D)
+            if cache is not None:
+                start = [0, cache_update_index, 0, 0]
+                k = ops.slice_update(cache[:, 0, ...], start, ops.cast(k, cache.dtype))
+                v = ops.slice_update(cache[:, 1, ...], start, ops.cast(v, cache.dtype))
+                cache = ops.stack([k, v], axis=1)  # (B, 2, S_max, H, D)
+
+        q = q * ops.cast(1.0 / math.sqrt(self.key_dim), q.dtype)
+        scores = ops.einsum("bthd,bshd->bhts", q, k)  # (B, H, T, S)
+        # Softmax in float32 for stability under mixed precision.
+        scores = ops.cast(scores, "float32")
+        if attention_mask is not None:
+            mask = ops.expand_dims(ops.cast(attention_mask, "bool"), 1)  # (B, 1, T, S)
+            scores = ops.where(mask, scores, ops.full_like(scores, -1e9))
+        weights = ops.softmax(scores, axis=-1)  # (B, H, T, S)
+        weights = ops.cast(weights, self.compute_dtype)
+        attended = ops.einsum(
+            "bhts,bshd->bthd", self.dropout_layer(weights, training=training), v
+        )  # (B, T, H, Dv)
+        shape = ops.shape(attended)
+        attended = ops.reshape(attended, (shape[0], shape[1], self.num_heads * self.value_dim))
+        output = self.output_dense(attended)  # (B, T, output_dim)
+
+        results = (output,)
+        if return_attention_scores:
+            results += (weights,)
+        if cache is not None and cache_update_index is not None:
+            results += (cache,)
+        return results[0] if len(results) == 1 else results
+
+    def compute_output_shape(self, query_shape, value_shape=None, key_shape=None):
+        return (*query_shape[:-1], self.output_dim or query_shape[-1])
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_heads": self.num_heads,
+                "key_dim": self.key_dim,
+                "value_dim": self.value_dim,
+                "output_dim": self.output_dim,
+                "dropout": self.dropout,
+                "use_bias": self.use_bias,
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+            }
+        )
+        return config

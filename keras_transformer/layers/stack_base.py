@@ -1,0 +1,122 @@
+"""Shared arguments and construction of the `Encoder` and `Decoder` stacks."""
+
+from __future__ import annotations
+
+import keras
+
+from keras_transformer.layers.embedding import TransformerEmbedding
+from keras_transformer.validation import (
+    check_divisible,
+    check_non_negative_int,
+    check_positive_float,
+    check_positive_int,
+    check_rate,
+)
+
+
+class StackBase(keras.layers.Layer):
+    """Base of `Encoder` and `Decoder`; not public: see the subclasses for the arguments."""
+
+    layer_class: type[keras.layers.Layer]
+
+    def __init__(
+        self,
+        vocabulary_size: int,
+        num_layers: int = 6,
+        d_model: int = 512,
+        num_heads: int = 8,
+        d_ff: int = 2048,
+        dropout: float = 0.1,
+        attention_dropout: float = 0.0,
+        activation="relu",
+        max_length: int = 512,
+        norm_first: bool = False,
+        layer_norm_epsilon: float = 1e-6,
+        pad_id: int = 0,
+        embedding: TransformerEmbedding | None = None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.vocabulary_size = check_positive_int("vocabulary_size", vocabulary_size)
+        self.num_layers = check_positive_int("num_layers", num_layers)
+        self.d_model = check_positive_int("d_model", d_model)
+        self.num_heads = check_positive_int("num_heads", num_heads)
+        check_divisible("d_model", d_model, "num_heads", num_heads)
+        self.d_ff = check_positive_int("d_ff", d_ff)
+        self.dropout = check_rate("dropout", dropout)
+        self.attention_dropout = check_rate("attention_dropout", attention_dropout)
+        self.activation = keras.activations.get(activation)
+        self.max_length = check_positive_int("max_length", max_length)
+        self.norm_first = bool(norm_first)
+        self.layer_norm_epsilon = check_positive_float("layer_norm_epsilon", layer_norm_epsilon)
+        self.pad_id = check_non_negative_int("pad_id", pad_id)
+        if embedding is not None and (
+            embedding.vocabulary_size != vocabulary_size or embedding.d_model != d_model
+        ):
+            raise ValueError(
+                "Received an `embedding` that does not match this stack, expected "
+                f"vocabulary_size={vocabulary_size} and d_model={d_model}. Received: "
+                f"vocabulary_size={embedding.vocabulary_size}, d_model={embedding.d_model}"
+            )
+        self.embedding = embedding
+
+    def _ties_embedding_weights(self) -> bool:
+        """Whether an embedding created here has no separate output projection."""
+        return True
+
+    def _build_stack(self, token_ids_shape) -> None:
+        if self.embedding is None:
+            self.embedding = TransformerEmbedding(
+                self.vocabulary_size,
+                self.d_model,
+                max_length=self.max_length,
+                dropout=self.dropout,
+                tie_weights=self._ties_embedding_weights(),
+                dtype=self.dtype_policy,
+                name="embedding",
+            )
+        if not self.embedding.built:
+            self.embedding.build(token_ids_shape)
+        hidden_shape = (*token_ids_shape, self.d_model)
+        self.layers_ = []
+        for i in range(self.num_layers):
+            layer = self.layer_class(
+                num_heads=self.num_heads,
+                d_ff=self.d_ff,
+                dropout=self.dropout,
+                attention_dropout=self.attention_dropout,
+                activation=self.activation,
+                norm_first=self.norm_first,
+                layer_norm_epsilon=self.layer_norm_epsilon,
+                dtype=self.dtype_policy,
+                name=f"layer_{i}",
+            )
+            layer.build(hidden_shape)
+            self.layers_.append(layer)
+        self.final_norm = None
+        if self.norm_first:
+            self.final_norm = keras.layers.LayerNormalization(
+                epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="final_norm"
+            )
+            self.final_norm.build(hidden_shape)
+        self.built = True
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "vocabulary_size": self.vocabulary_size,
+                "num_layers": self.num_layers,
+                "d_model": self.d_model,
+                "num_heads": self.num_heads,
+                "d_ff": self.d_ff,
+                "dropout": self.dropout,
+                "attention_dropout": self.attention_dropout,
+                "activation": keras.activations.serialize(self.activation),
+                "max_length": self.max_length,
+                "norm_first": self.norm_first,
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+                "pad_id": self.pad_id,
+            }
+        )
+        return config
