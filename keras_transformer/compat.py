@@ -10,26 +10,25 @@ from __future__ import annotations
 import keras
 
 
-def check_max_length(length, max_length: int, name: str = "sequence length"):
-    """Runtime check that a (possibly symbolic) `length` does not exceed `max_length`.
+def checked_length(length, end, max_length: int, name: str = "sequence length"):
+    """Returns `length`, guarded by a runtime check that `end <= max_length`.
 
     Static lengths are checked by the caller with a `ValueError`; this covers lengths only
     known when a traced graph runs (e.g. inside `tf.function` with a `None` dimension).
-
-    Inside `tf.function`, TensorFlow's automatic control dependencies run the assertion
-    (it is stateful) before the function returns.
+    Whatever consumes the returned length runs after the check, so the error the user
+    sees is this one, not a failing slice.
     """
     if keras.backend.backend() != "tensorflow":
-        return
+        return length
     import tensorflow as tf
 
-    if tf.executing_eagerly():
-        return
-    tf.debugging.assert_less_equal(
-        tf.cast(length, tf.int32),
+    check = tf.debugging.assert_less_equal(
+        tf.cast(end, tf.int32),
         tf.constant(max_length, tf.int32),
         message=(
             f"Received a {name} longer than `max_length`={max_length}. Truncate the "
             "input or build the model with a larger `max_length`."
         ),
     )
+    with tf.control_dependencies([check] if check is not None else []):
+        return tf.identity(length)

@@ -6,7 +6,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_transformer.compat import check_max_length
+from keras_transformer.compat import checked_length
 from keras_transformer.validation import check_positive_int
 
 
@@ -70,7 +70,7 @@ class PositionalEncoding(keras.layers.Layer):
                     "with a larger `max_length`."
                 )
         else:
-            check_max_length(length + start_index, self.max_length)
+            length = checked_length(length, length + start_index, self.max_length)
         table = ops.slice(self._table, (start_index, 0), (length, self.d_model))  # (T, D)
         return ops.cast(ops.expand_dims(table, 0), self.compute_dtype)  # (1, T, D)
 
