@@ -1,0 +1,58 @@
+"""The `keras-transformer` command line: subcommands that only call library functions.
+
+Each subcommand lives in `keras_transformer/commands/<name>.py` and defines
+`add_arguments(parser)` and `run(args) -> int`. Modules are imported only when their
+subcommand runs, so `keras-transformer --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+# name -> one-line help. Each module is keras_transformer.commands.<name>.
+COMMANDS: dict[str, str] = {}
+
+
+def _register_available_commands() -> None:
+    """Fills `COMMANDS` from the modules present in `keras_transformer/commands`."""
+    from keras_transformer import commands
+
+    for name, summary in commands.SUMMARIES.items():
+        COMMANDS[name] = summary
+
+
+def build_parser() -> argparse.ArgumentParser:
+    _register_available_commands()
+    parser = argparse.ArgumentParser(
+        prog="keras-transformer",
+        description="Train, evaluate, export and serve Transformer translation models.",
+    )
+    parser.add_argument("--log-level", default="INFO", help="Python logging level (default: INFO).")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, summary in COMMANDS.items():
+        sub.add_parser(name, help=summary, add_help=False)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    known, rest = parser.parse_known_args(argv)
+    logging.basicConfig(
+        level=known.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    module = importlib.import_module(f"keras_transformer.commands.{known.command}")
+    command_parser = argparse.ArgumentParser(
+        prog=f"keras-transformer {known.command}", description=COMMANDS[known.command]
+    )
+    module.add_arguments(command_parser)
+    args = command_parser.parse_args(rest)
+    return int(module.run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""The layout of a training run's directory, shared by training, decoding and export.
+
+```
+RUN_DIR/
+  config.yaml                  the experiment configuration the run used
+  model.keras                  the trained model (`model.save`)
+  tokenizers/source/spm.model  SentencePiece model of the source side
+  tokenizers/target/spm.model  ... of the target side (same file content when shared)
+  checkpoints/, backup/, logs/ training state (see `keras_transformer.training`)
+```
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    """Paths inside a run directory."""
+
+    root: str
+
+    @property
+    def config(self) -> str:
+        return os.path.join(self.root, "config.yaml")
+
+    @property
+    def model(self) -> str:
+        return os.path.join(self.root, "model.keras")
+
+    @property
+    def source_tokenizer(self) -> str:
+        return os.path.join(self.root, "tokenizers", "source")
+
+    @property
+    def target_tokenizer(self) -> str:
+        return os.path.join(self.root, "tokenizers", "target")
+
+    @property
+    def checkpoints(self) -> str:
+        return os.path.join(self.root, "checkpoints")
+
+    @property
+    def backup(self) -> str:
+        return os.path.join(self.root, "backup")
+
+    @property
+    def logs(self) -> str:
+        return os.path.join(self.root, "logs")
+
+
+def load_run(root: str):
+    """Loads `(model, source_tokenizer, target_tokenizer)` from a run directory.
+
+    Raises:
+        FileNotFoundError: naming the missing file when the directory is incomplete.
+    """
+    import keras
+
+    from keras_transformer.tokenization import SubwordTokenizer
+
+    paths = RunPaths(root)
+    for required in (paths.model, paths.source_tokenizer, paths.target_tokenizer):
+        if not os.path.exists(required):
+            raise FileNotFoundError(
+                f"Received an incomplete run directory {root!r}: expected {required!r} to "
+                "exist (see keras_transformer.run_dir for the layout)."
+            )
+    model = keras.models.load_model(paths.model)
+    return (
+        model,
+        SubwordTokenizer.load(paths.source_tokenizer),
+        SubwordTokenizer.load(paths.target_tokenizer),
+    )
