@@ -1,0 +1,80 @@
+"""A tiny SavedModel with the translation serving contract, for trying out the serving stack.
+
+Signatures (all batch-major, like the real export):
+
+* ``serving_default``: ``sentences`` string [None] -> ``translations`` string [None]
+  (``prefix`` + upper-cased input) and ``scores`` float32 [None] (characters / 10; decoding
+  is strict, so invalid UTF-8 is an InvalidArgument error);
+* ``tokenize``: ``sentences`` -> ``token_ids`` int32 [None, None] (Unicode code points,
+  0-padded) and ``lengths`` int32 [None];
+* ``pair``: ``a``, ``b`` string [None] -> ``joined_bytes`` string [None] (``a|b``; the
+  ``_bytes`` suffix makes TF Serving answer base64).
+
+    python -m keras_transformer.serving.toy_model /tmp/models/toy/1 [--prefix v1:]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+
+def save_toy_model(export_dir: str | os.PathLike[str], prefix: str = "") -> str:
+    """Write the toy SavedModel to ``export_dir`` (a version directory); returns the path."""
+    import tensorflow as tf
+
+    spec = tf.TensorSpec([None], tf.string)
+
+    class Toy(tf.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.prefix = tf.constant(prefix)
+
+        @tf.function(input_signature=[spec])
+        def serve(self, sentences):
+            chars = tf.strings.unicode_decode(sentences, "UTF-8", errors="strict")
+            translations = tf.strings.join(
+                [tf.fill(tf.shape(sentences), self.prefix), tf.strings.upper(sentences)]
+            )
+            scores = tf.cast(chars.row_lengths(), tf.float32) / 10.0
+            return {"translations": translations, "scores": scores}
+
+        @tf.function(input_signature=[spec])
+        def tokenize(self, sentences):
+            chars = tf.strings.unicode_decode(sentences, "UTF-8", errors="strict")
+            return {
+                "token_ids": tf.cast(chars.to_tensor(0), tf.int32),
+                "lengths": tf.cast(chars.row_lengths(), tf.int32),
+            }
+
+        @tf.function(input_signature=[spec, spec])
+        def pair(self, a, b):
+            return {"joined_bytes": tf.strings.join([a, b], separator="|")}
+
+    module = Toy()
+    path = os.fspath(export_dir)
+    tf.saved_model.save(
+        module,
+        path,
+        signatures={
+            "serving_default": module.serve.get_concrete_function(),
+            "tokenize": module.tokenize.get_concrete_function(),
+            "pair": module.pair.get_concrete_function(),
+        },
+    )
+    return path
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("export_dir", help="version directory to write, e.g. BASE/NAME/1")
+    parser.add_argument("--prefix", default="", help="prepended to every translation")
+    args = parser.parse_args(argv)
+    sys.stdout.write(save_toy_model(args.export_dir, args.prefix) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
