@@ -1,0 +1,301 @@
+"""The `tf.data` input pipeline: from string pairs to padded id batches for `model.fit`.
+
+Each `(source_text, target_text)` pair becomes
+
+- `source_ids`: the source subword ids, no BOS/EOS;
+- `target_in = [BOS] + target_ids` (the decoder input, teacher forcing);
+- `target_out = target_ids + [EOS]` (the labels),
+
+and batches have the structure `((source_ids, target_in), target_out)`, int32, dense, padded
+with `pad_id` 0: `(B, S)`, `(B, T)`, `(B, T)`. Everything runs in the graph (tensorflow-text
+ops, no `py_function`): tokenization is vectorized over blocks of examples, pairs longer than
+`max_source_length` (source ids) or `max_target_length` (`len(target_in)`) are dropped or
+truncated, pairs with an empty side are dropped, then examples are cached, shuffled, grouped
+into length buckets (`tf.data.Dataset.bucket_by_sequence_length`) of a fixed number of
+sentences (`batch_size`) or of tokens (`tokens_per_batch`) and prefetched. With
+`pad_to_bucket=True` every batch is padded to its bucket's length, so batch shapes come from
+a small fixed set (good for XLA); source and target are then padded to the same length.
+
+Public API:
+
+- `make_batches(dataset, source_tokenizer, target_tokenizer=None, *, batch_size=None,
+  tokens_per_batch=None, max_source_length=128, max_target_length=128,
+  length_policy="drop", bucket_lengths=None, pad_to_bucket=False, shuffle=True,
+  shuffle_buffer_size=20000, seed=None, cache=True, drop_remainder=False)`.
+- `encode_pairs(dataset, source_tokenizer, target_tokenizer=None, *, max_source_length=128,
+  max_target_length=128, length_policy="drop")`: the per-example stage alone, yielding
+  `((source_ids, target_in), target_out)` 1-D int32 tensors.
+- `default_bucket_lengths(max_length, step=8) -> list[int]`.
+
+Example:
+
+```python
+pairs = load_parallel_dataset("multi30k", split="train")
+tokenizer = SubwordTokenizer.load("runs/de-en/tokenizer")
+train = make_batches(pairs, tokenizer, batch_size=128, max_source_length=100)
+model.fit(train, epochs=10)
+```
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import tensorflow as tf
+
+from keras_transformer.validation import check_positive_int
+
+_LENGTH_POLICIES = ("drop", "truncate")
+_TOKENIZE_BLOCK = 1024
+
+
+def default_bucket_lengths(max_length: int, step: int = 8) -> list[int]:
+    """The bucket lengths `step, 2 * step, ...` up to `max_length` (included).
+
+    Args:
+        max_length: the longest sequence.
+        step: the spacing between bucket lengths.
+
+    Returns:
+        Increasing lengths whose last one is `max_length`.
+
+    Example:
+
+    >>> default_bucket_lengths(20)
+    [8, 16, 20]
+    """
+    check_positive_int("max_length", max_length)
+    check_positive_int("step", step)
+    return list(range(step, max_length, step)) + [max_length]
+
+
+def encode_pairs(
+    dataset: tf.data.Dataset,
+    source_tokenizer: Any,
+    target_tokenizer: Any | None = None,
+    *,
+    max_source_length: int = 128,
+    max_target_length: int = 128,
+    length_policy: str = "drop",
+) -> tf.data.Dataset:
+    """Tokenizes string pairs into `((source_ids, target_in), target_out)` examples.
+
+    Args:
+        dataset: `(source_text, target_text)` scalar `tf.string` pairs.
+        source_tokenizer: a `keras_transformer.tokenization.SubwordTokenizer` (anything with
+            `tokenize(strings) -> RaggedTensor`, `bos_id`, `eos_id` and `pad_id == 0`).
+        target_tokenizer: the target tokenizer; the source one (shared vocabulary) if None.
+        max_source_length: the most source ids.
+        max_target_length: the most ids of `target_in` (and `target_out`): target ids + 1.
+        length_policy: `"drop"` the pairs over a limit, or `"truncate"` them (the truncated
+            `target_out` still ends with EOS).
+
+    Returns:
+        A `tf.data.Dataset` of `((source_ids, target_in), target_out)`, 1-D int32 tensors.
+
+    Example:
+
+    >>> examples = encode_pairs(pairs, tokenizer, max_source_length=64)  # doctest: +SKIP
+    """
+    target_tokenizer = source_tokenizer if target_tokenizer is None else target_tokenizer
+    _check_pairs(dataset)
+    for arg, tokenizer in (
+        ("source_tokenizer", source_tokenizer),
+        ("target_tokenizer", target_tokenizer),
+    ):
+        _check_tokenizer(arg, tokenizer)
+    check_positive_int("max_source_length", max_source_length)
+    check_positive_int("max_target_length", max_target_length)
+    if max_target_length < 2:
+        raise ValueError(
+            "Received an invalid value for argument `max_target_length`, expected an integer "
+            ">= 2 (BOS or EOS plus one id). Received: "
+            f"max_target_length={max_target_length}"
+        )
+    if length_policy not in _LENGTH_POLICIES:
+        raise ValueError(
+            "Received an invalid value for argument `length_policy`, expected one of "
+            f"{_LENGTH_POLICIES}. Received: length_policy={length_policy!r}"
+        )
+    bos_id, eos_id = int(target_tokenizer.bos_id), int(target_tokenizer.eos_id)
+
+    def encode(source_text: tf.Tensor, target_text: tf.Tensor):
+        source = tf.cast(source_tokenizer.tokenize(source_text), tf.int32)
+        target = tf.cast(target_tokenizer.tokenize(target_text), tf.int32)
+        if length_policy == "truncate":
+            source = source[:, :max_source_length]
+            target = target[:, : max_target_length - 1]
+        source_lengths = source.row_lengths()
+        target_lengths = target.row_lengths()
+        keep = tf.logical_and(source_lengths > 0, target_lengths > 0)
+        if length_policy == "drop":
+            keep = tf.logical_and(
+                keep,
+                tf.logical_and(
+                    source_lengths <= max_source_length,
+                    target_lengths <= max_target_length - 1,
+                ),
+            )
+        source = tf.ragged.boolean_mask(source, keep)
+        target = tf.ragged.boolean_mask(target, keep)
+        column = tf.ones([target.nrows(), 1], tf.int32)
+        target_in = tf.concat([tf.RaggedTensor.from_tensor(column * bos_id), target], axis=1)
+        target_out = tf.concat([target, tf.RaggedTensor.from_tensor(column * eos_id)], axis=1)
+        return source, target_in, target_out
+
+    encoded = (
+        dataset.batch(_TOKENIZE_BLOCK).map(encode, num_parallel_calls=tf.data.AUTOTUNE).unbatch()
+    )
+    return encoded.map(
+        lambda source, target_in, target_out: ((source, target_in), target_out),
+        num_parallel_calls=tf.data.AUTOTUNE,
+    )
+
+
+def make_batches(
+    dataset: tf.data.Dataset,
+    source_tokenizer: Any,
+    target_tokenizer: Any | None = None,
+    *,
+    batch_size: int | None = None,
+    tokens_per_batch: int | None = None,
+    max_source_length: int = 128,
+    max_target_length: int = 128,
+    length_policy: str = "drop",
+    bucket_lengths: Sequence[int] | None = None,
+    pad_to_bucket: bool = False,
+    shuffle: bool = True,
+    shuffle_buffer_size: int = 20_000,
+    seed: int | None = None,
+    cache: bool | str = True,
+    drop_remainder: bool = False,
+) -> tf.data.Dataset:
+    """Turns string pairs into length-bucketed, padded batches ready for `model.fit`.
+
+    Args:
+        dataset: `(source_text, target_text)` scalar `tf.string` pairs (e.g. from
+            `load_parallel_dataset`).
+        source_tokenizer: the source `SubwordTokenizer`.
+        target_tokenizer: the target `SubwordTokenizer`; the source one if None (shared).
+        batch_size: sentences per batch (64 when neither it nor `tokens_per_batch` is
+            given).
+        tokens_per_batch: batch by token count instead: a bucket of length `L` makes batches
+            of `max(1, tokens_per_batch // L)` sentences.
+        max_source_length: the most source ids.
+        max_target_length: the most ids of `target_in`/`target_out`.
+        length_policy: `"drop"` or `"truncate"` the pairs over a limit.
+        bucket_lengths: increasing bucket lengths (the longest sequence a bucket takes);
+            `default_bucket_lengths(max(max_source_length, max_target_length))` if None.
+        pad_to_bucket: pad each batch to its bucket's length (fixed shapes for XLA) instead
+            of the longest sequence of the batch. Needs `bucket_lengths[-1]` >= both limits.
+        shuffle: shuffle the examples (each epoch anew).
+        shuffle_buffer_size: the shuffle buffer, in examples.
+        seed: the shuffle seed.
+        cache: `True` caches the tokenized examples in memory, a string caches them in that
+            file, `False` does not cache.
+        drop_remainder: drop each bucket's last, smaller batch.
+
+    Returns:
+        A `tf.data.Dataset` of `((source_ids, target_in), target_out)`, int32 tensors of
+        shapes `(B, S)`, `(B, T)`, `(B, T)` padded with 0.
+
+    Example:
+
+    >>> train = make_batches(pairs, tokenizer, tokens_per_batch=4096,
+    ...                      pad_to_bucket=True)  # doctest: +SKIP
+    >>> (source_ids, target_in), target_out = next(iter(train))  # doctest: +SKIP
+    """
+    if batch_size is not None and tokens_per_batch is not None:
+        raise ValueError(
+            "Expected at most one of `batch_size` and `tokens_per_batch`. Received: "
+            f"batch_size={batch_size!r}, tokens_per_batch={tokens_per_batch!r}"
+        )
+    if batch_size is None and tokens_per_batch is None:
+        batch_size = 64
+    if batch_size is not None:
+        check_positive_int("batch_size", batch_size)
+    else:
+        check_positive_int("tokens_per_batch", tokens_per_batch)
+    check_positive_int("shuffle_buffer_size", shuffle_buffer_size)
+    examples = encode_pairs(
+        dataset,
+        source_tokenizer,
+        target_tokenizer,
+        max_source_length=max_source_length,
+        max_target_length=max_target_length,
+        length_policy=length_policy,
+    )
+    max_length = max(max_source_length, max_target_length)
+    if bucket_lengths is None:
+        bucket_lengths = default_bucket_lengths(max_length)
+    bucket_lengths = list(bucket_lengths)
+    if (
+        not bucket_lengths
+        or any(isinstance(b, bool) or not isinstance(b, int) or b <= 0 for b in bucket_lengths)
+        or any(a >= b for a, b in zip(bucket_lengths, bucket_lengths[1:]))
+    ):
+        raise ValueError(
+            "Received an invalid value for argument `bucket_lengths`, expected a non-empty "
+            f"increasing sequence of positive integers. Received: bucket_lengths={bucket_lengths}"
+        )
+    if pad_to_bucket and bucket_lengths[-1] < max_length:
+        raise ValueError(
+            "Received an invalid value for argument `bucket_lengths`: with pad_to_bucket=True "
+            f"its last length must be >= max(max_source_length, max_target_length)={max_length}."
+            f" Received: bucket_lengths={bucket_lengths}"
+        )
+    # A bucket of length L takes lengths in [previous L + 1, L]; one more bucket takes the
+    # rest (it stays empty when the last length covers both limits).
+    boundaries = [length + 1 for length in bucket_lengths]
+    if batch_size is not None:
+        batch_sizes = [batch_size] * (len(boundaries) + 1)
+    else:
+        batch_sizes = [max(1, tokens_per_batch // n) for n in bucket_lengths + [max_length]]
+
+    if cache:
+        examples = examples.cache(cache if isinstance(cache, str) else "")
+    if shuffle:
+        examples = examples.shuffle(shuffle_buffer_size, seed=seed, reshuffle_each_iteration=True)
+    batches = examples.bucket_by_sequence_length(
+        element_length_func=lambda inputs, target_out: tf.maximum(
+            tf.shape(inputs[0])[0], tf.shape(inputs[1])[0]
+        ),
+        bucket_boundaries=boundaries,
+        bucket_batch_sizes=batch_sizes,
+        padding_values=((0, 0), 0),
+        pad_to_bucket_boundary=pad_to_bucket,
+        drop_remainder=drop_remainder,
+    )
+    return batches.prefetch(tf.data.AUTOTUNE)
+
+
+def _check_pairs(dataset: Any) -> None:
+    spec = getattr(dataset, "element_spec", None)
+    ok = (
+        isinstance(dataset, tf.data.Dataset)
+        and isinstance(spec, tuple)
+        and len(spec) == 2
+        and all(
+            isinstance(s, tf.TensorSpec) and s.dtype == tf.string and s.shape.rank == 0
+            for s in spec
+        )
+    )
+    if not ok:
+        raise ValueError(
+            "Received an invalid value for argument `dataset`, expected a tf.data.Dataset of "
+            f"(source_text, target_text) scalar tf.string pairs. Received: element_spec={spec}"
+        )
+
+
+def _check_tokenizer(name: str, tokenizer: Any) -> None:
+    if not all(hasattr(tokenizer, a) for a in ("tokenize", "bos_id", "eos_id", "pad_id")):
+        raise ValueError(
+            f"Received an invalid value for argument `{name}`, expected a SubwordTokenizer. "
+            f"Received: {type(tokenizer).__name__}"
+        )
+    if tokenizer.pad_id != 0:
+        raise ValueError(
+            f"Received a `{name}` whose pad_id is not 0; the batches are padded with 0. "
+            f"Received: pad_id={tokenizer.pad_id}"
+        )

@@ -1,0 +1,522 @@
+"""SentencePiece subword tokenizers that run in the TensorFlow graph.
+
+Training uses the `sentencepiece` Python trainer (in memory, no temporary files); tokenizing
+and detokenizing use `tensorflow_text.SentencepieceTokenizer`, so they run inside
+`tf.function`, `tf.data` and a SavedModel. The serialized SentencePiece model is a constant
+of the graph: a SavedModel that holds a `SubwordTokenizer` carries the model with it and
+loads with only `tensorflow` and `tensorflow_text` imported (the ops used are TensorFlow core
+ops plus tensorflow-text's `SentencepieceOp`, `SentencepieceTokenizeOp`,
+`SentencepieceDetokenizeOp` and `SentencepieceIdToStringOp`, all shipped by TF Serving).
+
+Special ids are fixed for every model of this package: pad=0, unk=1, bos=2, eos=3.
+
+Public API:
+
+- `SubwordTokenizer(model_proto, name=None)`: a `tf.Module` with `tokenize(strings)`,
+  `detokenize(ids)`, `id_to_piece(ids)`, `save(directory)`, `SubwordTokenizer.load(path)`
+  and the properties `vocab_size`, `pad_id`, `unk_id`, `bos_id`, `eos_id`, `model_proto`.
+- `train_sentencepiece(texts, vocab_size=8000, ...) -> SubwordTokenizer`: one model over an
+  iterable (or `tf.data.Dataset`) of sentences.
+- `train_tokenizers(pairs, vocab_size=8000, shared=True, ...)`: the source and target
+  tokenizers of a parallel corpus, one shared model or one per language.
+- `PAD_ID`, `UNK_ID`, `BOS_ID`, `EOS_ID`, `MODEL_FILENAME` (`"spm.model"`).
+
+Example:
+
+```python
+pairs = keras_transformer.data.load_parallel_dataset("multi30k", split="train")
+source_tokenizer, target_tokenizer = train_tokenizers(pairs, vocab_size=8000)
+source_tokenizer.save("runs/de-en/tokenizer")
+ids = source_tokenizer.tokenize(["Ein Hund läuft."])  # tf.RaggedTensor int32
+source_tokenizer.detokenize(ids)  # [b"Ein Hund l\xc3\xa4uft."]
+```
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import logging
+import os
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import numpy as np
+import sentencepiece as spm
+import tensorflow as tf
+import tensorflow_text as tf_text
+from tensorflow_text.python.ops.sentencepiece_tokenizer import (
+    _SentencepieceModelResource,
+)
+from tensorflow_text.python.ops.sentencepiece_tokenizer import (
+    gen_sentencepiece_tokenizer as _gen_sentencepiece,
+)
+
+from keras_transformer.validation import check_positive_int
+
+logger = logging.getLogger(__name__)
+
+PAD_ID = 0
+UNK_ID = 1
+BOS_ID = 2
+EOS_ID = 3
+MODEL_FILENAME = "spm.model"
+VOCAB_FILENAME = "spm.vocab"
+
+_MODEL_TYPES = ("unigram", "bpe")
+_NORMALIZATIONS = ("nmt_nfkc", "nfkc", "nmt_nfkc_cf", "nfkc_cf", "identity")
+
+
+class SubwordTokenizer(tf.Module):
+    """A SentencePiece tokenizer whose `tokenize`/`detokenize` run in the TensorFlow graph.
+
+    The tokenizer never adds BOS/EOS itself (the data pipeline and the decoder do).
+    `detokenize` drops pad, bos and eos ids and everything after the first eos, so it reads
+    the padded output of a decoder directly.
+
+    Args:
+        model_proto: the serialized SentencePiece model (the bytes of a `.model` file). Its
+            special ids must be pad=0, unk=1, bos=2, eos=3 (as `train_sentencepiece` makes).
+        name: name of the `tf.Module`.
+
+    Example:
+
+    ```python
+    tokenizer = SubwordTokenizer.load("runs/de-en/tokenizer")
+    ids = tokenizer.tokenize(tf.constant(["A dog runs."]))  # RaggedTensor (1, None) int32
+    tokenizer.detokenize(ids.to_tensor())  # tf.Tensor([b"A dog runs."])
+    ```
+    """
+
+    def __init__(self, model_proto: bytes, name: str | None = None) -> None:
+        super().__init__(name=name)
+        if not isinstance(model_proto, bytes) or not model_proto:
+            raise ValueError(
+                "Received an invalid value for argument `model_proto`, expected the non-empty "
+                f"bytes of a serialized SentencePiece model. Received: type={type(model_proto)}"
+            )
+        processor = spm.SentencePieceProcessor()
+        try:
+            processor.LoadFromSerializedProto(model_proto)
+        except (RuntimeError, OSError) as e:
+            raise ValueError(
+                "Received an invalid value for argument `model_proto`, expected a serialized "
+                f"SentencePiece model. SentencePiece could not parse it: {e}"
+            ) from e
+        received = {
+            "pad": processor.pad_id(),
+            "unk": processor.unk_id(),
+            "bos": processor.bos_id(),
+            "eos": processor.eos_id(),
+        }
+        expected = {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID}
+        if received != expected:
+            raise ValueError(
+                "Received a SentencePiece model with unsupported special ids, expected "
+                f"{_format_ids(expected)} (train it with `train_sentencepiece`). "
+                f"Received: {_format_ids(received)}"
+            )
+        self._model_proto = model_proto
+        self._vocab_size = int(processor.GetPieceSize())
+        self._pieces = [processor.IdToPiece(i) for i in range(self._vocab_size)]
+        self._scores = [processor.GetScore(i) for i in range(self._vocab_size)]
+        with self.name_scope:
+            self._sentencepiece = tf_text.SentencepieceTokenizer(
+                model=model_proto, out_type=tf.int32, add_bos=False, add_eos=False
+            )
+            # tf-text's resource is private to the kernel that creates it, so clearing the
+            # eager kernel cache (`tf.random.set_seed` does) deletes it and the tokenizer
+            # fails with "Resource ... does not exist". A `shared_name` keeps it in the
+            # resource manager; naming it by the model's hash shares it only between
+            # identical models.
+            self._sentencepiece._model_resource = _SharedSentencepieceResource(
+                model_proto, "keras_transformer_spm_" + hashlib.sha256(model_proto).hexdigest()
+            )
+
+    @property
+    def model_proto(self) -> bytes:
+        """The serialized SentencePiece model."""
+        return self._model_proto
+
+    @property
+    def vocab_size(self) -> int:
+        """The number of pieces, special ones included."""
+        return self._vocab_size
+
+    @property
+    def pad_id(self) -> int:
+        """The padding id (0)."""
+        return PAD_ID
+
+    @property
+    def unk_id(self) -> int:
+        """The unknown-piece id (1)."""
+        return UNK_ID
+
+    @property
+    def bos_id(self) -> int:
+        """The beginning-of-sentence id (2)."""
+        return BOS_ID
+
+    @property
+    def eos_id(self) -> int:
+        """The end-of-sentence id (3)."""
+        return EOS_ID
+
+    def tokenize(self, strings: Any) -> tf.RaggedTensor | tf.Tensor:
+        """Splits UTF-8 strings into subword ids, without BOS/EOS.
+
+        Args:
+            strings: a `tf.string` tensor (or anything convertible to one) of shape `(B,)`, or
+                a scalar.
+
+        Returns:
+            A `tf.RaggedTensor` of int32 ids of shape `(B, None)`; for a scalar input, a 1-D
+            int32 `tf.Tensor`.
+
+        Example:
+
+        >>> tokenizer.tokenize(["A dog.", "A cat runs."])  # doctest: +SKIP
+        <tf.RaggedTensor [[4, 51, 7], [4, 95, 310, 7]]>
+        """
+        strings = tf.convert_to_tensor(strings, dtype=tf.string)
+        return self._sentencepiece.tokenize(strings)
+
+    def detokenize(self, ids: Any) -> tf.Tensor:
+        """Joins ids back into text.
+
+        Pad, bos and eos ids are dropped, and so is everything after the first eos of each
+        row, so a decoder's padded output `(B, T)` can be passed as is.
+
+        Args:
+            ids: int ids of shape `(B, T)`, dense (padded) or a `tf.RaggedTensor`, or a single
+                sequence of shape `(T,)`.
+
+        Returns:
+            A `tf.string` tensor of shape `(B,)` (a scalar for a 1-D input).
+
+        Example:
+
+        >>> tokenizer.detokenize([[2, 4, 51, 7, 3, 0], [4, 95, 3, 310, 0, 0]])  # doctest: +SKIP
+        <tf.Tensor: shape=(2,), dtype=string, numpy=array([b'A dog.', b'A cat'], dtype=object)>
+        """
+        if isinstance(ids, tf.RaggedTensor):
+            if ids.shape.rank != 2:
+                raise ValueError(
+                    "Received an invalid value for argument `ids`, expected a RaggedTensor of "
+                    f"rank 2. Received: ids.shape={ids.shape}"
+                )
+            dense = ids.to_tensor(default_value=tf.cast(PAD_ID, ids.dtype))
+        else:
+            dense = tf.convert_to_tensor(ids)
+        if not dense.dtype.is_integer:
+            raise ValueError(
+                "Received an invalid value for argument `ids`, expected integer ids. "
+                f"Received: ids.dtype={dense.dtype.name}"
+            )
+        dense = tf.cast(dense, tf.int32)
+        rank = dense.shape.rank
+        if rank not in (1, 2):
+            raise ValueError(
+                "Received an invalid value for argument `ids`, expected a tensor of rank 1 or "
+                f"2. Received: ids.shape={dense.shape}"
+            )
+        if rank == 1:
+            return self.detokenize(dense[tf.newaxis])[0]
+        after_eos = tf.cumsum(tf.cast(tf.equal(dense, EOS_ID), tf.int32), axis=1) > 0
+        keep = tf.logical_and(
+            tf.logical_not(after_eos),
+            tf.logical_and(tf.not_equal(dense, PAD_ID), tf.not_equal(dense, BOS_ID)),
+        )
+        return self._sentencepiece.detokenize(tf.ragged.boolean_mask(dense, keep))
+
+    def id_to_piece(self, ids: Any) -> tf.Tensor | tf.RaggedTensor:
+        """Returns the SentencePiece piece of each id, e.g. `"▁dog"`, with the shape of `ids`.
+
+        Args:
+            ids: int32 ids of any shape, dense or ragged.
+
+        Returns:
+            `tf.string` pieces of the same shape.
+        """
+        if isinstance(ids, tf.RaggedTensor):
+            return ids.with_flat_values(self.id_to_piece(ids.flat_values))
+        return self._sentencepiece.id_to_string(tf.cast(tf.convert_to_tensor(ids), tf.int32))
+
+    def save(self, directory: str, filename: str = MODEL_FILENAME) -> str:
+        """Writes the model to `directory/filename` (and a readable `.vocab` file beside it).
+
+        Args:
+            directory: the folder, created if missing (any `tf.io.gfile` path).
+            filename: the model's file name.
+
+        Returns:
+            The path of the model file.
+
+        Example:
+
+        >>> tokenizer.save("runs/de-en/tokenizer")  # doctest: +SKIP
+        'runs/de-en/tokenizer/spm.model'
+        """
+        tf.io.gfile.makedirs(directory)
+        path = os.path.join(directory, filename)
+        with tf.io.gfile.GFile(path, "wb") as f:
+            f.write(self._model_proto)
+        vocab_path = os.path.splitext(path)[0] + ".vocab"
+        with tf.io.gfile.GFile(vocab_path, "w") as f:
+            f.write("".join(f"{p}\t{s:g}\n" for p, s in zip(self._pieces, self._scores)))
+        logger.info("Saved the SentencePiece model to %s", path)
+        return path
+
+    @classmethod
+    def load(cls, path: str, filename: str = MODEL_FILENAME, name: str | None = None):
+        """Reads a model written by `save` (or any compatible SentencePiece `.model` file).
+
+        Args:
+            path: a folder holding `filename`, or the path of the model file itself.
+            filename: the model's file name inside a folder.
+            name: name of the `tf.Module`.
+
+        Returns:
+            A `SubwordTokenizer`.
+
+        Example:
+
+        >>> tokenizer = SubwordTokenizer.load("runs/de-en/tokenizer")  # doctest: +SKIP
+        """
+        model_path = os.path.join(path, filename) if tf.io.gfile.isdir(path) else path
+        if not tf.io.gfile.exists(model_path):
+            raise FileNotFoundError(f"No SentencePiece model found at {model_path}.")
+        with tf.io.gfile.GFile(model_path, "rb") as f:
+            model_proto = f.read()
+        try:
+            return cls(model_proto, name=name)
+        except ValueError as e:
+            raise ValueError(f"Could not load the SentencePiece model {model_path}: {e}") from e
+
+
+def train_sentencepiece(
+    texts: Iterable[str | bytes] | tf.data.Dataset,
+    vocab_size: int = 8000,
+    *,
+    model_type: str = "unigram",
+    normalization: str = "nmt_nfkc",
+    character_coverage: float = 1.0,
+    byte_fallback: bool = True,
+    max_sentences: int = 2_000_000,
+    seed: int | None = None,
+    num_threads: int | None = None,
+    name: str | None = None,
+) -> SubwordTokenizer:
+    """Trains a SentencePiece model in memory and wraps it in a `SubwordTokenizer`.
+
+    Empty sentences are skipped. The special ids are pad=0, unk=1, bos=2, eos=3.
+
+    Args:
+        texts: the training sentences: an iterable of `str`/`bytes`, or a `tf.data.Dataset`
+            of scalar `tf.string`.
+        vocab_size: the number of pieces, special ones included.
+        model_type: `"unigram"` or `"bpe"`.
+        normalization: SentencePiece's normalization rule. The default `"nmt_nfkc"` applies
+            NFKC, collapses runs of whitespace and strips leading/trailing whitespace, so
+            `detokenize(tokenize(s))` gives `s` in that normalized form; `"identity"` keeps
+            text unchanged (whitespace runs are still collapsed).
+        character_coverage: the share of characters the vocabulary covers as pieces.
+        byte_fallback: whether characters outside the vocabulary become UTF-8 byte pieces
+            (which detokenize exactly) instead of `<unk>`. Needs 256 ids of the vocabulary.
+        max_sentences: at most this many sentences, sampled at random, are used for training.
+        seed: seed of SentencePiece's random generator (sampling of sentences).
+        num_threads: trainer threads; defaults to the number of CPUs.
+        name: name of the returned `tf.Module`.
+
+    Returns:
+        The trained `SubwordTokenizer`.
+
+    Example:
+
+    >>> tokenizer = train_sentencepiece(["A dog runs.", "A cat sleeps."] * 500,
+    ...                                 vocab_size=300)  # doctest: +SKIP
+    """
+    check_positive_int("vocab_size", vocab_size)
+    check_positive_int("max_sentences", max_sentences)
+    if model_type not in _MODEL_TYPES:
+        raise ValueError(
+            f"Received an invalid value for argument `model_type`, expected one of "
+            f"{_MODEL_TYPES}. Received: model_type={model_type!r}"
+        )
+    if normalization not in _NORMALIZATIONS:
+        raise ValueError(
+            f"Received an invalid value for argument `normalization`, expected one of "
+            f"{_NORMALIZATIONS}. Received: normalization={normalization!r}"
+        )
+    if isinstance(character_coverage, bool) or not 0 < character_coverage <= 1:
+        raise ValueError(
+            "Received an invalid value for argument `character_coverage`, expected a float in "
+            f"(0, 1]. Received: character_coverage={character_coverage!r}"
+        )
+    if isinstance(texts, (str, bytes)):
+        raise ValueError(
+            "Received an invalid value for argument `texts`, expected an iterable of "
+            "sentences, not a single string. Received: texts of type "
+            f"{type(texts).__name__}"
+        )
+    counter = _Counter()
+    if seed is not None:
+        spm.set_random_generator_seed(int(seed))
+    model = io.BytesIO()
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=counter.wrap(_iter_sentences(texts)),
+            model_writer=model,
+            vocab_size=vocab_size,
+            model_type=model_type,
+            normalization_rule_name=normalization,
+            character_coverage=float(character_coverage),
+            byte_fallback=bool(byte_fallback),
+            input_sentence_size=max_sentences,
+            shuffle_input_sentence=True,
+            pad_id=PAD_ID,
+            unk_id=UNK_ID,
+            bos_id=BOS_ID,
+            eos_id=EOS_ID,
+            pad_piece="<pad>",
+            unk_piece="<unk>",
+            bos_piece="<s>",
+            eos_piece="</s>",
+            num_threads=num_threads or os.cpu_count() or 1,
+            minloglevel=2,
+        )
+    except RuntimeError as e:
+        counter.raise_error()
+        if counter.count == 0:
+            raise ValueError(
+                "Received an empty corpus: `texts` holds no non-empty sentence to train a "
+                "SentencePiece model on."
+            ) from e
+        if "ocabulary size" in str(e):
+            raise ValueError(
+                f"Received an invalid value for argument `vocab_size` for this corpus of "
+                f"{counter.count} sentences (byte_fallback={byte_fallback}). SentencePiece "
+                f"says: {str(e).rstrip('.')}. Received: vocab_size={vocab_size}"
+            ) from e
+        raise
+    counter.raise_error()
+    if counter.count == 0:  # pragma: no cover - SentencePiece raises first.
+        raise ValueError("Received an empty corpus: `texts` holds no non-empty sentence.")
+    logger.info(
+        "Trained a %s SentencePiece model of %d pieces on %d sentences.",
+        model_type,
+        vocab_size,
+        counter.count,
+    )
+    return SubwordTokenizer(model.getvalue(), name=name)
+
+
+def train_tokenizers(
+    pairs: Iterable[tuple[Any, Any]] | tf.data.Dataset,
+    vocab_size: int = 8000,
+    *,
+    shared: bool = True,
+    **kwargs: Any,
+) -> tuple[SubwordTokenizer, SubwordTokenizer]:
+    """Trains the source and target tokenizers of a parallel corpus.
+
+    Args:
+        pairs: `(source, target)` sentence pairs: a `tf.data.Dataset` of two scalar strings
+            (as `keras_transformer.data.load_parallel_dataset` returns) or an iterable.
+        vocab_size: pieces per model.
+        shared: one model over both languages (returned twice, the same object), or one
+            model per language.
+        **kwargs: passed to `train_sentencepiece`.
+
+    Returns:
+        `(source_tokenizer, target_tokenizer)`.
+
+    Example:
+
+    >>> src_tok, tgt_tok = train_tokenizers(pairs, vocab_size=8000)  # doctest: +SKIP
+    """
+    if shared:
+        tokenizer = train_sentencepiece(
+            (s for pair in _iter_pairs(pairs) for s in pair), vocab_size, **kwargs
+        )
+        return tokenizer, tokenizer
+    source = train_sentencepiece((p[0] for p in _iter_pairs(pairs)), vocab_size, **kwargs)
+    target = train_sentencepiece((p[1] for p in _iter_pairs(pairs)), vocab_size, **kwargs)
+    return source, target
+
+
+class _SharedSentencepieceResource(_SentencepieceModelResource):
+    """tf-text's SentencePiece model resource, created with a `shared_name`."""
+
+    def __init__(self, model: bytes, shared_name: str) -> None:
+        self._shared_name = shared_name
+        super().__init__(model, "SentenceTokenizerInitializer")
+
+    def _create_resource(self):
+        with tf.name_scope("SentenceTokenizerInitializer"):
+            return _gen_sentencepiece.sentencepiece_op(
+                model=self._model, shared_name=self._shared_name
+            )
+
+
+class _Counter:
+    """Counts the sentences handed to the trainer."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.error: Exception | None = None
+
+    def wrap(self, sentences: Iterator[str]) -> Iterator[str]:
+        # SentencePiece turns an exception of the iterator into a RuntimeError: keep it to
+        # re-raise it as is.
+        try:
+            for sentence in sentences:
+                self.count += 1
+                yield sentence
+        except Exception as e:  # noqa: BLE001
+            self.error = e
+
+    def raise_error(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+
+def _iter_sentences(texts: Iterable[Any] | tf.data.Dataset) -> Iterator[str]:
+    """Yields the non-empty sentences of `texts` as `str` (one line each)."""
+    if isinstance(texts, tf.data.Dataset):
+        texts = texts.as_numpy_iterator()
+    for i, text in enumerate(texts):
+        if isinstance(text, np.ndarray) and text.shape == ():
+            text = text.item()
+        if isinstance(text, bytes):
+            try:
+                text = text.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(
+                    f"Received a sentence that is not valid UTF-8 at index {i} of `texts`: {e}"
+                ) from e
+        if not isinstance(text, str):
+            raise ValueError(
+                "Received an invalid value in `texts`, expected str or bytes sentences. "
+                f"Received: {type(text).__name__} at index {i}"
+            )
+        text = " ".join(text.split())
+        if text:
+            yield text
+
+
+def _iter_pairs(pairs: Iterable[tuple[Any, Any]] | tf.data.Dataset) -> Iterator[tuple]:
+    if isinstance(pairs, tf.data.Dataset):
+        pairs = pairs.as_numpy_iterator()
+    for i, pair in enumerate(pairs):
+        if len(pair) != 2:
+            raise ValueError(
+                "Received an invalid value in `pairs`, expected (source, target) pairs. "
+                f"Received: an element of length {len(pair)} at index {i}"
+            )
+        yield pair
+
+
+def _format_ids(ids: dict[str, int]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in ids.items())
