@@ -1,18 +1,28 @@
 """keras_transformer: the encoder-decoder Transformer for machine translation in Keras 3."""
 
-from keras_transformer import data, layers, masks, tokenization
+import importlib
+
+from keras_transformer import layers, masks
 from keras_transformer.config import TransformerConfig
 from keras_transformer.models import PRESETS, Transformer
 
 __version__ = "0.1.0"
+
+# Imported on first use: they pull in tensorflow-datasets / tensorflow-text.
+_LAZY_MODULES = ("data", "decoding", "evaluation", "export", "tokenization", "translator")
+
+
+def __getattr__(name: str):
+    if name in _LAZY_MODULES:
+        return importlib.import_module(f"keras_transformer.{name}")
+    raise AttributeError(f"module 'keras_transformer' has no attribute {name!r}")
+
 
 __all__ = [
     "PRESETS",
     "Transformer",
     "TransformerConfig",
     "__version__",
-    "data",
     "layers",
     "masks",
-    "tokenization",
 ]
