@@ -28,7 +28,7 @@ def two_cpu_strategy() -> tf.distribute.MirroredStrategy:
     return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def multi30k_dir() -> str:
     """The offline Multi30k copy beside the project root (`../shared/data/multi30k`)."""
     if not os.path.isdir(MULTI30K_DIR):

@@ -1597,14 +1597,16 @@ def start_server(
 # --------------------------------------------------------------------------------------------
 
 
-def build_arg_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m keras_transformer.serving.server",
-        description=(
-            "Development stand-in for TF Serving's REST API (not TF Serving). Flags follow "
-            "tensorflow_model_server where they exist."
-        ),
-    )
+def build_arg_parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    """The server's flags, added to `p` (a new parser by default)."""
+    if p is None:
+        p = argparse.ArgumentParser(
+            prog="python -m keras_transformer.serving.server",
+            description=(
+                "Development stand-in for TF Serving's REST API (not TF Serving). Flags "
+                "follow tensorflow_model_server where they exist."
+            ),
+        )
     p.add_argument("--model_name", default="default", help="name of the model (with base path)")
     p.add_argument("--model_base_path", default=None, help="directory holding version dirs")
     p.add_argument("--model_config_file", default=None, help="model_config_list text proto")
@@ -1642,7 +1644,11 @@ def build_arg_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_arg_parser().parse_args(argv)
+    return run_from_args(build_arg_parser().parse_args(argv))
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    """Starts the server from parsed `build_arg_parser` flags; serves until SIGINT/SIGTERM."""
     logging.basicConfig(
         level=getattr(logging, str(args.log_level).upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
