@@ -193,3 +193,22 @@ def test_too_long_input_is_a_clear_error():
     model = tiny()  # max_length=64
     with pytest.raises(ValueError, match="longer than `max_length`=64"):
         model((np.ones((1, 65), "int32"), np.ones((1, 3), "int32")))
+
+
+def test_an_empty_source_gives_padding_independent_outputs():
+    model = tiny()
+    target = batch()[1][:1]
+    empty = np.zeros((1, 4), "int32")
+    longer = np.zeros((1, 11), "int32")
+    np.testing.assert_allclose(model((empty, target)), model((longer, target)), atol=1e-5)
+
+
+def test_fit_builds_an_unbuilt_model_inside_its_graph():
+    # Regression: the positional table must not be a tensor of the graph that built it.
+    model = tiny()
+    source, target = batch()
+    model.compile(
+        optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    )
+    history = model.fit((source, target), target, epochs=1, batch_size=3, verbose=0)
+    assert np.isfinite(history.history["loss"][0])

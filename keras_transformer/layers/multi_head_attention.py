@@ -16,6 +16,8 @@ class MultiHeadAttention(keras.layers.Layer):
 
     `softmax(Q K^T / sqrt(d_k)) V` over `num_heads` heads, with Q/K/V/output projections. The
     mask convention is the package's (`keras_transformer.masks`): True means "may attend".
+    A query whose mask row is all False gets all-zero weights (its output is the output
+    projection's bias), so results never depend on how much padding there is.
 
     One path computes the attention (einsum + masked softmax in float32): on the TensorFlow
     backend `keras.ops.dot_product_attention` is no fused kernel and measured 1.1-1.2x
@@ -172,6 +174,10 @@ class MultiHeadAttention(keras.layers.Layer):
             mask = ops.expand_dims(ops.cast(attention_mask, "bool"), 1)  # (B, 1, T, S)
             scores = ops.where(mask, scores, ops.full_like(scores, -1e9))
         weights = ops.softmax(scores, axis=-1)  # (B, H, T, S)
+        if attention_mask is not None:
+            # A query that may attend nothing (an empty source) attends nothing: zero
+            # weights, rather than a uniform average whose value depends on the padding.
+            weights = ops.where(ops.any(mask, axis=-1, keepdims=True), weights, 0.0)
         weights = ops.cast(weights, self.compute_dtype)
         attended = ops.einsum(
             "bhts,bshd->bthd", self.dropout_layer(weights, training=training), v

@@ -57,7 +57,10 @@ class PositionalEncoding(keras.layers.Layer):
 
     def build(self, inputs_shape):
         self.d_model = inputs_shape[-1]
-        self._table = ops.convert_to_tensor(sinusoidal_table(self.max_length, self.d_model))
+        # Kept as numpy and made a constant in `call`: a tensor made here would belong to
+        # whatever graph is current when the layer is built (e.g. Keras' symbolic build in
+        # `fit`) and be out of scope in later graphs.
+        self._table = sinusoidal_table(self.max_length, self.d_model)
         self.built = True
 
     def call(self, inputs, start_index=0):
@@ -71,7 +74,8 @@ class PositionalEncoding(keras.layers.Layer):
                 )
         else:
             length = checked_length(length, length + start_index, self.max_length)
-        table = ops.slice(self._table, (start_index, 0), (length, self.d_model))  # (T, D)
+        table = ops.convert_to_tensor(self._table)  # (L_max, D)
+        table = ops.slice(table, (start_index, 0), (length, self.d_model))  # (T, D)
         return ops.cast(ops.expand_dims(table, 0), self.compute_dtype)  # (1, T, D)
 
     def compute_output_shape(self, inputs_shape):
