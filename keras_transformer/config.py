@@ -67,3 +67,493 @@ class TransformerConfig:
                 f"{sorted(names)}."
             )
         return cls(**values)
+
+
+# Experiment configuration: what `keras-transformer train` reads.
+
+_STRATEGIES = ("default", "mirrored", "multi_worker")
+_DTYPE_POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")
+_MODEL_TYPES = ("unigram", "bpe")
+
+
+@dataclass
+class ModelConfig:
+    """The `model` section: a `TransformerConfig` without the vocabulary sizes.
+
+    The vocabulary sizes come from the tokenizers trained (or loaded) for the run. Fields
+    and defaults are those of `TransformerConfig`; `remat` adds gradient recomputation.
+
+    Attributes:
+        remat: recompute each encoder/decoder layer's activations in the backward pass
+            (`keras.RematScope`, i.e. `tf.recompute_grad`) to save memory.
+    """
+
+    num_encoder_layers: int = 6
+    num_decoder_layers: int = 6
+    d_model: int = 512
+    num_heads: int = 8
+    d_ff: int = 2048
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    activation: str = "relu"
+    max_length: int = 512
+    norm_first: bool = False
+    layer_norm_epsilon: float = 1e-6
+    share_embeddings: bool = False
+    tie_output_embeddings: bool = True
+    pad_id: int = 0
+    remat: bool = False
+
+    def to_transformer_config(
+        self, source_vocab_size: int, target_vocab_size: int
+    ) -> TransformerConfig:
+        """The full architecture once the vocabulary sizes are known."""
+        values = {k: v for k, v in dataclasses.asdict(self).items() if k != "remat"}
+        return TransformerConfig(
+            source_vocab_size=source_vocab_size, target_vocab_size=target_vocab_size, **values
+        )
+
+
+@dataclass
+class DataConfig:
+    """The `data` section: corpus, tokenizers and batching.
+
+    Attributes:
+        source: what `keras_transformer.data.load_parallel_dataset` loads: `"multi30k"`,
+            a TFDS name (`"ted_hrlr_translate/pt_to_en"`) or a local file.
+        source_lang: source language (or TFDS feature key); None: the dataset's default.
+        target_lang: target language.
+        target_path: the target file of line-aligned local training files.
+        train_split: the training split.
+        validation_split: the validation split (None: no validation).
+        validation_source: for local files, the validation source (or TSV) file.
+        validation_target_path: for local files, the validation target file.
+        data_dir: the TFDS data folder (TFDS's default when None).
+        local_dir: Multi30k's offline copy; when None the environment variable
+            `KERAS_TRANSFORMER_MULTI30K_DIR` is used.
+        download: whether TFDS may download and prepare data.
+        max_train_examples: use only the first N training pairs.
+        max_validation_examples: use only the first N validation pairs.
+        vocab_size: SentencePiece pieces per tokenizer.
+        shared_vocab: one tokenizer for both languages.
+        tokenizer_model_type: `"unigram"` or `"bpe"`.
+        tokenizer_max_sentences: sentences sampled to train a tokenizer.
+        batch_size: sentences per batch (global, over all replicas).
+        tokens_per_batch: batch by tokens instead (then `batch_size` must be None).
+        max_source_length: the most source ids; longer pairs are dropped.
+        max_target_length: the most target ids (+1 for BOS/EOS).
+        pad_to_bucket: pad batches to bucket lengths (fixed shapes, good for XLA).
+        shuffle_buffer_size: the shuffle buffer, in examples.
+    """
+
+    source: str = "multi30k"
+    source_lang: str | None = None
+    target_lang: str | None = None
+    target_path: str | None = None
+    train_split: str = "train"
+    validation_split: str | None = "validation"
+    validation_source: str | None = None
+    validation_target_path: str | None = None
+    data_dir: str | None = None
+    local_dir: str | None = None
+    download: bool = True
+    max_train_examples: int | None = None
+    max_validation_examples: int | None = None
+    vocab_size: int = 8000
+    shared_vocab: bool = True
+    tokenizer_model_type: str = "unigram"
+    tokenizer_max_sentences: int = 2_000_000
+    batch_size: int | None = 64
+    tokens_per_batch: int | None = None
+    max_source_length: int = 128
+    max_target_length: int = 128
+    pad_to_bucket: bool = False
+    shuffle_buffer_size: int = 20_000
+
+
+@dataclass
+class TrainingConfig:
+    """The `training` section: optimization, distribution and the run directory.
+
+    Attributes:
+        run_dir: the run directory (layout in `keras_transformer.run_dir`).
+        epochs: training epochs.
+        steps_per_epoch: steps per epoch (the data repeats); None: one pass over the data.
+        validation_steps: validation batches per evaluation (None: all).
+        label_smoothing: label smoothing rate (0.1 in the paper).
+        warmup_steps: warmup steps of the schedule (4000 in the paper).
+        learning_rate_scale: factor on the paper's schedule.
+        beta_1, beta_2, epsilon: Adam's parameters (0.9, 0.98, 1e-9 in the paper).
+        clipnorm: clip each gradient's norm (None: no clipping).
+        global_clipnorm: clip the global gradient norm (None: no clipping).
+        strategy: `"default"`, `"mirrored"` or `"multi_worker"` (TF_CONFIG).
+        devices: the devices of `"mirrored"` (None: all local GPUs).
+        jit_compile: `"auto"` (XLA on a single GPU only), `true` or `false`.
+        dtype_policy: `"float32"`, `"mixed_float16"` (loss scaling added by Keras) or
+            `"mixed_bfloat16"`.
+        steps_per_execution: steps run per call of the compiled train function.
+        backup_freq: steps between `BackupAndRestore` backups (mid-epoch resume).
+        early_stopping_patience: epochs without val_loss improving before stopping (None:
+            off).
+        tensorboard: write TensorBoard logs to `run_dir/logs`.
+        seed: the random seed (weights, dropout, shuffling, tokenizer sampling).
+        verbose: Keras' `fit` verbosity (`"auto"`, 0, 1 or 2).
+    """
+
+    run_dir: str = "runs/experiment"
+    epochs: int = 10
+    steps_per_epoch: int | None = None
+    validation_steps: int | None = None
+    label_smoothing: float = 0.1
+    warmup_steps: int = 4000
+    learning_rate_scale: float = 1.0
+    beta_1: float = 0.9
+    beta_2: float = 0.98
+    epsilon: float = 1e-9
+    clipnorm: float | None = None
+    global_clipnorm: float | None = None
+    strategy: str = "default"
+    devices: list[str] | None = None
+    jit_compile: bool | str = "auto"
+    dtype_policy: str = "float32"
+    steps_per_execution: int = 1
+    backup_freq: int = 200
+    early_stopping_patience: int | None = None
+    tensorboard: bool = True
+    seed: int = 0
+    verbose: int | str = "auto"
+
+
+@dataclass
+class ExperimentConfig:
+    """A training experiment: `model`, `data` and `training` sections.
+
+    Load one with `load_config(path, overrides)`; `validate()` checks the values.
+    """
+
+    model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
+    data: DataConfig = dataclasses.field(default_factory=DataConfig)
+    training: TrainingConfig = dataclasses.field(default_factory=TrainingConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> ExperimentConfig:
+        """Builds and validates a config; `ValueError` on unknown keys or bad values."""
+        if not isinstance(values, dict):
+            raise ValueError(
+                "Received an invalid experiment config, expected a mapping with the sections "
+                f"{[f.name for f in dataclasses.fields(cls)]}. Received: {type(values).__name__}"
+            )
+        config = _from_dict(cls, values, "")
+        config.validate()
+        return config
+
+    def validate(self) -> ExperimentConfig:
+        """Checks values beyond their types; raises `ValueError` naming the key."""
+        m, d, t = self.model, self.data, self.training
+        for key in ("num_encoder_layers", "num_decoder_layers", "d_model", "num_heads", "d_ff"):
+            _check(f"model.{key}", getattr(m, key), _positive)
+        _check("model.max_length", m.max_length, _positive)
+        _check("model.dropout", m.dropout, _rate)
+        _check("model.attention_dropout", m.attention_dropout, _rate)
+        _check("model.layer_norm_epsilon", m.layer_norm_epsilon, _positive)
+        if m.d_model % m.num_heads:
+            raise ValueError(
+                "Received an invalid value for `model.d_model`, expected a multiple of "
+                f"`model.num_heads`={m.num_heads}. Received: model.d_model={m.d_model}"
+            )
+        if m.pad_id != 0:
+            raise ValueError(
+                "Received an invalid value for `model.pad_id`, expected 0 (the tokenizers' "
+                f"padding id). Received: model.pad_id={m.pad_id}"
+            )
+        if m.share_embeddings and not d.shared_vocab:
+            raise ValueError(
+                "Received `model.share_embeddings=True` with `data.shared_vocab=False`; "
+                "sharing embeddings needs one shared vocabulary."
+            )
+        for key in (
+            "vocab_size",
+            "max_source_length",
+            "max_target_length",
+            "shuffle_buffer_size",
+            "tokenizer_max_sentences",
+        ):
+            _check(f"data.{key}", getattr(d, key), _positive)
+        for key in ("max_train_examples", "max_validation_examples", "tokens_per_batch"):
+            _check(f"data.{key}", getattr(d, key), _positive, optional=True)
+        _check("data.batch_size", d.batch_size, _positive, optional=True)
+        if (d.batch_size is None) == (d.tokens_per_batch is None):
+            raise ValueError(
+                "Expected exactly one of `data.batch_size` and `data.tokens_per_batch`. "
+                f"Received: data.batch_size={d.batch_size}, "
+                f"data.tokens_per_batch={d.tokens_per_batch}"
+            )
+        _check("data.tokenizer_model_type", d.tokenizer_model_type, _MODEL_TYPES)
+        if max(d.max_source_length, d.max_target_length) > m.max_length:
+            raise ValueError(
+                "Received sequence limits longer than the model's positional table, expected "
+                "data.max_source_length and data.max_target_length <= model.max_length="
+                f"{m.max_length}. Received: data.max_source_length={d.max_source_length}, "
+                f"data.max_target_length={d.max_target_length}"
+            )
+        for key in ("epochs", "warmup_steps", "steps_per_execution", "backup_freq"):
+            _check(f"training.{key}", getattr(t, key), _positive)
+        for key in ("steps_per_epoch", "validation_steps"):
+            _check(f"training.{key}", getattr(t, key), _positive, optional=True)
+        _check("training.label_smoothing", t.label_smoothing, _rate)
+        _check("training.learning_rate_scale", t.learning_rate_scale, _positive)
+        _check("training.epsilon", t.epsilon, _positive)
+        for key in ("beta_1", "beta_2"):
+            _check(f"training.{key}", getattr(t, key), _rate)
+        for key in ("clipnorm", "global_clipnorm"):
+            _check(f"training.{key}", getattr(t, key), _positive, optional=True)
+        if t.clipnorm is not None and t.global_clipnorm is not None:
+            raise ValueError(
+                "Expected at most one of `training.clipnorm` and `training.global_clipnorm`. "
+                f"Received: training.clipnorm={t.clipnorm}, "
+                f"training.global_clipnorm={t.global_clipnorm}"
+            )
+        _check("training.strategy", t.strategy, _STRATEGIES)
+        if t.devices is not None and t.strategy != "mirrored":
+            raise ValueError(
+                "Received `training.devices` for a strategy other than 'mirrored'. Received: "
+                f"training.strategy={t.strategy!r}, training.devices={t.devices!r}"
+            )
+        if t.devices is not None and not t.devices:
+            raise ValueError(
+                "Received an invalid value for `training.devices`, expected a non-empty list "
+                "of device names or null. Received: training.devices=[]"
+            )
+        _check("training.jit_compile", t.jit_compile, (True, False, "auto"))
+        _check("training.dtype_policy", t.dtype_policy, _DTYPE_POLICIES)
+        _check("training.verbose", t.verbose, ("auto", 0, 1, 2))
+        _check("training.early_stopping_patience", t.early_stopping_patience, _non_negative, True)
+        _check("training.seed", t.seed, _non_negative)
+        if not t.run_dir:
+            raise ValueError(
+                "Received an invalid value for `training.run_dir`, expected a folder path. "
+                f"Received: training.run_dir={t.run_dir!r}"
+            )
+        return self
+
+
+def load_config(path: str | None = None, overrides: list[str] | None = None) -> ExperimentConfig:
+    """Reads an experiment config from YAML or JSON and applies `key.sub=value` overrides.
+
+    Values of overrides are parsed as YAML (`1`, `0.5`, `true`, `null`, `[a, b]`, text) and
+    type-checked against the dataclass fields like the file's values.
+
+    Args:
+        path: a `.yaml`/`.yml`/`.json` file; None starts from the defaults. A bare name such
+            as `"multi30k_de_en"` selects a config packaged in `keras_transformer/configs`.
+        overrides: e.g. `["training.epochs=1", "data.max_train_examples=2000"]`.
+
+    Returns:
+        The validated `ExperimentConfig`.
+
+    Raises:
+        ValueError: for an unknown key, a value of the wrong type or an invalid value.
+        FileNotFoundError: when `path` does not exist.
+
+    Example:
+    >>> config = load_config("multi30k_de_en", ["training.epochs=1"])  # doctest: +SKIP
+    >>> config.training.epochs  # doctest: +SKIP
+    1
+    """
+    import yaml
+
+    values: dict[str, Any] = {}
+    if path is not None:
+        resolved = _resolve_config_path(path)
+        with open(resolved, encoding="utf-8") as f:
+            try:
+                loaded = yaml.safe_load(f)
+            except yaml.YAMLError as e:
+                raise ValueError(f"Could not parse the config file {resolved}: {e}") from e
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, dict):
+            raise ValueError(
+                f"Received an invalid config file {resolved}, expected a mapping of the "
+                f"sections 'model', 'data', 'training'. Received: {type(loaded).__name__}"
+            )
+        values = loaded
+    for override in overrides or []:
+        key, sep, raw = str(override).partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ValueError(
+                "Received an invalid override, expected `section.key=value` such as "
+                f"`training.epochs=1`. Received: {override!r}"
+            )
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        _set_path(values, key.split("."), value, key)
+    return ExperimentConfig.from_dict(values)
+
+
+def save_config(config: ExperimentConfig, path: str) -> None:
+    """Writes `config` as YAML (as `load_config` reads it)."""
+    import yaml
+
+    with open(path, "w", encoding="utf-8") as f:
+        yaml.safe_dump(config.to_dict(), f, sort_keys=False)
+
+
+def _resolve_config_path(path: str) -> str:
+    import os
+
+    if os.path.exists(path):
+        return path
+    packaged = os.path.join(os.path.dirname(__file__), "configs", f"{path}.yaml")
+    if os.sep not in path and "/" not in path and os.path.exists(packaged):
+        return packaged
+    raise FileNotFoundError(f"No config file at {path!r} (nor a packaged config of that name).")
+
+
+def _set_path(values: dict[str, Any], parts: list[str], value: Any, key: str) -> None:
+    node = values
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ValueError(
+                f"Received an invalid override key {key!r}: {part!r} is not a section."
+            )
+        node = child
+    node[parts[-1]] = value
+
+
+def _from_dict(cls, values: dict[str, Any], prefix: str):
+    import typing
+
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - set(fields))
+    if unknown:
+        where = f"section `{prefix.rstrip('.')}`" if prefix else "the config"
+        raise ValueError(
+            f"Received unknown key(s) {[prefix + k for k in unknown]} in {where}, expected "
+            f"some of {sorted(fields)}."
+        )
+    kwargs = {}
+    for name, value in values.items():
+        hint = hints[name]
+        key = prefix + name
+        if dataclasses.is_dataclass(hint):
+            if value is None:
+                value = {}
+            if not isinstance(value, dict):
+                raise ValueError(
+                    f"Received an invalid value for `{key}`, expected a mapping (a config "
+                    f"section). Received: {key}={value!r}"
+                )
+            kwargs[name] = _from_dict(hint, value, key + ".")
+        else:
+            kwargs[name] = _coerce(key, value, hint)
+    return cls(**kwargs)
+
+
+def _coerce(key: str, value: Any, hint: Any) -> Any:
+    """Checks `value` against the type hint `hint`, converting ints to floats and float text."""
+    import types
+    import typing
+
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(hint)
+        if value is None and type(None) in options:
+            return None
+        errors = []
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return _coerce(key, value, option)
+            except ValueError as e:
+                errors.append(e)
+        raise ValueError(
+            f"Received an invalid value for `{key}`, expected {_type_name(hint)}. "
+            f"Received: {key}={value!r}"
+        )
+    if origin is list:
+        (item,) = typing.get_args(hint)
+        if not isinstance(value, list):
+            raise ValueError(
+                f"Received an invalid value for `{key}`, expected {_type_name(hint)}. "
+                f"Received: {key}={value!r}"
+            )
+        return [_coerce(f"{key}[{i}]", v, item) for i, v in enumerate(value)]
+    ok = False
+    if hint is bool:
+        ok = isinstance(value, bool)
+    elif hint is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif hint is float:
+        if isinstance(value, str):
+            try:
+                value = float(value)
+            except ValueError:
+                pass
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        ok = isinstance(value, float)
+    elif hint is str:
+        ok = isinstance(value, str)
+    if not ok:
+        raise ValueError(
+            f"Received an invalid value for `{key}`, expected {_type_name(hint)}. "
+            f"Received: {key}={value!r}"
+        )
+    return value
+
+
+def _type_name(hint: Any) -> str:
+    import types
+    import typing
+
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(h) for h in typing.get_args(hint))
+    if origin is list:
+        return f"a list of {_type_name(typing.get_args(hint)[0])}"
+    names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
+    return names.get(hint, "null" if hint is type(None) else getattr(hint, "__name__", str(hint)))
+
+
+def _positive(value: Any) -> bool:
+    return value > 0
+
+
+def _non_negative(value: Any) -> bool:
+    return value >= 0
+
+
+def _rate(value: Any) -> bool:
+    return 0 <= value < 1
+
+
+_EXPECTED = {
+    _positive: "a positive value",
+    _non_negative: "a non-negative value",
+    _rate: "a value in [0, 1)",
+}
+
+
+def _check(key: str, value: Any, rule: Any, optional: bool = False) -> None:
+    if value is None and optional:
+        return
+    if isinstance(rule, tuple):
+        ok = any(value is r or (type(value) is type(r) and value == r) for r in rule)
+        expected = f"one of {list(rule)}"
+    else:
+        ok = value is not None and rule(value)
+        expected = _EXPECTED[rule]
+    if not ok:
+        raise ValueError(
+            f"Received an invalid value for `{key}`, expected {expected}. Received: {key}={value!r}"
+        )

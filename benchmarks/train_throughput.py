@@ -1,0 +1,134 @@
+"""Training throughput of the Multi30k de->en config on this machine.
+
+Trains the packaged `multi30k_de_en` config for a fixed number of steps and prints target
+tokens per second (real, non-pad tokens of `target_out`), the mean step time (after the
+first `--skip` steps, which include tracing/compilation), and the loss and token accuracy
+of the last steps.
+
+    python benchmarks/train_throughput.py --steps 200 [--jit both] [--set key=value ...]
+
+Needs the Multi30k copy (`--multi30k-dir`, default `../shared/data/multi30k` beside the
+repository, or `$KERAS_TRANSFORMER_MULTI30K_DIR`). Tokenizers are trained once into
+`--work-dir` and reused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import keras
+import tensorflow as tf
+
+from keras_transformer.config import load_config
+from keras_transformer.run_dir import RunPaths
+from keras_transformer.training import (
+    MaskedSparseCategoricalAccuracy,
+    build_model,
+    compile_model,
+    make_datasets,
+)
+from keras_transformer.training.trainer import load_or_train_tokenizers, load_pairs
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _accuracy_metric(metrics):
+    for metric in metrics:
+        if isinstance(metric, MaskedSparseCategoricalAccuracy):
+            return metric
+        found = _accuracy_metric(getattr(metric, "metrics", []))
+        if found is not None:
+            return found
+    return None
+
+
+class Meter(keras.callbacks.Callback):
+    """Records time and real target tokens (the accuracy metric's count) per step."""
+
+    def __init__(self, skip):
+        super().__init__()
+        self.skip = skip
+        self.start = None
+
+    def on_train_batch_end(self, batch, logs=None):
+        metric = _accuracy_metric(self.model.metrics)
+        if batch + 1 == self.skip:
+            self.start = (time.perf_counter(), float(metric.count.numpy()))
+        self.end = (time.perf_counter(), float(metric.count.numpy()), batch + 1)
+        self.logs = logs
+
+
+def run(config, tokenizers, pairs, steps, skip, jit):
+    config.training.steps_per_epoch = steps
+    train, _ = make_datasets(config, pairs, None, tokenizers)
+    model = build_model(config, tokenizers[0].vocab_size, tokenizers[1].vocab_size)
+    t = config.training
+    compile_model(
+        model,
+        label_smoothing=t.label_smoothing,
+        warmup_steps=t.warmup_steps,
+        jit_compile=jit,
+    )
+    meter = Meter(skip)
+    started = time.perf_counter()
+    model.fit(train, epochs=1, steps_per_epoch=steps, callbacks=[meter], verbose=0)
+    total = time.perf_counter() - started
+    (t0, n0), (t1, n1, done) = meter.start, meter.end
+    step_time = (t1 - t0) / (done - skip)
+    print(
+        f"jit_compile={jit}: {steps} steps in {total:.1f}s | measured steps {skip + 1}-{done}: "
+        f"{(n1 - n0) / (t1 - t0):,.0f} target tokens/s, {step_time * 1000:.1f} ms/step, "
+        f"{(n1 - n0) / (done - skip):.0f} tokens/step | loss {float(meter.logs['loss']):.4f}, "
+        f"accuracy {float(meter.logs['accuracy']):.4f} "
+        f"(epoch means), lr {float(meter.logs['learning_rate']):.2e}"
+    )
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--skip", type=int, default=10, help="Warm-up steps not measured.")
+    parser.add_argument("--jit", choices=["off", "on", "both"], default="off")
+    parser.add_argument(
+        "--multi30k-dir",
+        default=os.environ.get(
+            "KERAS_TRANSFORMER_MULTI30K_DIR",
+            os.path.join(HERE, "..", "..", "shared", "data", "multi30k"),
+        ),
+    )
+    parser.add_argument("--work-dir", default="/tmp/keras_transformer_benchmark")
+    parser.add_argument("--set", dest="overrides", action="append", default=[])
+    args = parser.parse_args()
+
+    config = load_config(
+        "multi30k_de_en",
+        [
+            f"data.local_dir={os.path.abspath(args.multi30k_dir)}",
+            f"data.data_dir={os.path.join(args.work_dir, 'tfds')}",
+            f"training.run_dir={args.work_dir}",
+            *args.overrides,
+        ],
+    )
+    print(
+        f"TensorFlow {tf.__version__}, Keras {keras.__version__}, "
+        f"{os.cpu_count()} CPUs, GPUs: {len(tf.config.list_physical_devices('GPU'))}"
+    )
+    keras.utils.set_random_seed(config.training.seed)
+    pairs = load_pairs(config, config.data.train_split)
+    paths = RunPaths(args.work_dir)
+    os.makedirs(paths.root, exist_ok=True)
+    tokenizers = load_or_train_tokenizers(config, paths, pairs, tf.distribute.get_strategy())
+    m = config.model
+    print(
+        f"model: {m.num_encoder_layers}+{m.num_decoder_layers} layers, d_model {m.d_model}, "
+        f"d_ff {m.d_ff}, {m.num_heads} heads, vocab {tokenizers[0].vocab_size}; "
+        f"batch {config.data.batch_size} sentences"
+    )
+    for jit in {"off": [False], "on": [True], "both": [False, True]}[args.jit]:
+        run(config, tokenizers, pairs, args.steps, args.skip, jit)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+"""`keras-transformer train --config FILE [--set key=value ...]`: train from a config."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+logger = logging.getLogger(__name__)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config",
+        required=True,
+        help="YAML/JSON experiment config, or the name of a packaged one "
+        "(multi30k_de_en, ted_hrlr_pt_en).",
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="Override a config value, e.g. --set training.epochs=1 (repeatable).",
+    )
+    parser.add_argument(
+        "--run-dir", default=None, help="The run directory (overrides training.run_dir)."
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from keras_transformer.config import load_config
+
+    overrides = list(args.overrides)
+    if args.run_dir:
+        overrides.append(f"training.run_dir={args.run_dir}")
+    try:
+        config = load_config(args.config, overrides)
+    except (ValueError, FileNotFoundError) as e:
+        logger.error("%s", e)
+        return 2
+
+    from keras_transformer.training import train
+
+    result = train(config)
+    final = {k: v[-1] for k, v in result.history.history.items() if v}
+    logger.info(
+        "Done: %s; run directory %s",
+        ", ".join(f"{k}={v:.4g}" for k, v in sorted(final.items())),
+        result.paths.root,
+    )
+    return 0

@@ -1,0 +1,176 @@
+"""Callbacks of a training run: backup/restore mid-epoch, checkpoints, logs."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import os
+
+import keras
+
+from keras_transformer.validation import check_positive_int
+
+logger = logging.getLogger(__name__)
+
+
+class ResumableBackupAndRestore(keras.callbacks.BackupAndRestore):
+    """`keras.callbacks.BackupAndRestore` that resumes an interrupted epoch where it stopped.
+
+    Keras' callback restores the weights, the optimizer state and the epoch, but then runs
+    the interrupted epoch again from its first step. With `steps_per_epoch` known, this one
+    also records how many steps of the epoch were done at the last backup and, after a
+    restart, ends that epoch after the remaining steps only, so a run killed and restarted
+    makes exactly `epochs * steps_per_epoch` optimizer steps in all (the data stream is not
+    rewound: the resumed epoch draws fresh batches). Place it first among the callbacks
+    (before `EarlyStopping`), as `make_callbacks` does.
+
+    Args:
+        backup_dir: the folder of the backup (used by nothing else).
+        save_freq: `"epoch"` or a number of steps between backups.
+        steps_per_epoch: the steps of an epoch; without it an interrupted epoch restarts
+            from its beginning, as with Keras' callback.
+        **kwargs: passed to `keras.callbacks.BackupAndRestore` (`double_checkpoint`,
+            `delete_checkpoint`).
+
+    Example:
+    >>> backup = ResumableBackupAndRestore("runs/x/backup", save_freq=100,
+    ...                                    steps_per_epoch=1000)  # doctest: +SKIP
+    """
+
+    STATE_FILENAME = "resume_state.json"
+
+    def __init__(
+        self,
+        backup_dir: str,
+        save_freq: int | str = "epoch",
+        steps_per_epoch: int | None = None,
+        **kwargs,
+    ):
+        super().__init__(backup_dir, save_freq=save_freq, **kwargs)
+        if steps_per_epoch is not None:
+            check_positive_int("steps_per_epoch", steps_per_epoch)
+        self.steps_per_epoch = steps_per_epoch
+        self._state_path = os.path.join(backup_dir, self.STATE_FILENAME)
+        self._steps_done = 0
+        self._skip = 0
+        self._stopped_epoch = False
+        self.restored_epoch: int | None = None
+        self.restored_steps = 0
+
+    def on_train_begin(self, logs=None):
+        super().on_train_begin(logs)
+        if not os.path.exists(self._state_path):
+            return
+        with open(self._state_path) as f:
+            state = json.load(f)
+        epoch, steps = int(state["epoch"]), int(state["steps"])
+        self.restored_epoch, self.restored_steps = epoch, steps
+        if self.steps_per_epoch and steps >= self.steps_per_epoch:
+            self.model._initial_epoch = epoch + 1
+        elif self.steps_per_epoch and steps > 0:
+            self._skip = steps
+        logger.info("Restored the backup of epoch %d after %d step(s).", epoch + 1, steps)
+
+    def on_epoch_begin(self, epoch, logs=None):
+        # Keras only updates the epoch at epoch end, so backups taken during the first
+        # epoch after a restart would otherwise record epoch 0.
+        self._current_epoch = epoch
+        self._steps_done = self._skip
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._steps_done = self._skip + batch + 1
+        super().on_train_batch_end(batch, logs)
+        if (
+            self._skip
+            and self.steps_per_epoch
+            and self._steps_done >= self.steps_per_epoch
+            and not self.model.stop_training
+        ):
+            self.model.stop_training = True
+            self._stopped_epoch = True
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self._stopped_epoch:
+            self.model.stop_training = False
+            self._stopped_epoch = False
+        self._skip = 0
+        self._steps_done = 0
+        super().on_epoch_end(epoch, logs)
+        if self.save_freq != "epoch":
+            self._save_model()
+
+    def _save_model(self):
+        super()._save_model()
+        with open(self._state_path, "w") as f:
+            json.dump({"epoch": self._current_epoch, "steps": self._steps_done}, f)
+
+
+def tensorboard_available() -> bool:
+    """Whether the `tensorboard` package (needed by `keras.callbacks.TensorBoard`) exists."""
+    return importlib.util.find_spec("tensorboard") is not None
+
+
+def make_callbacks(
+    *,
+    backup_dir: str | None = None,
+    backup_freq: int | str = "epoch",
+    steps_per_epoch: int | None = None,
+    checkpoint_dir: str | None = None,
+    log_dir: str | None = None,
+    early_stopping_patience: int | None = None,
+    monitor: str = "val_loss",
+) -> list[keras.callbacks.Callback]:
+    """The callbacks of a training run, in a working order.
+
+    Args:
+        backup_dir: `ResumableBackupAndRestore`'s folder (no backup if None).
+        backup_freq: steps between backups, or `"epoch"`.
+        steps_per_epoch: the steps of an epoch (exact mid-epoch resume).
+        checkpoint_dir: `ModelCheckpoint` writes `best.weights.h5` (best `monitor`) and
+            `last.weights.h5` there (none if None).
+        log_dir: the `TensorBoard` folder (none if None, or if the `tensorboard` package is
+            not installed: then a warning is logged).
+        early_stopping_patience: epochs without `monitor` improving before stopping
+            (`EarlyStopping`, restoring nothing); None disables it.
+        monitor: the quantity watched by the checkpoint and early stopping.
+
+    Returns:
+        `[TerminateOnNaN, ResumableBackupAndRestore, ModelCheckpoint x2, TensorBoard,
+        EarlyStopping]`, without the disabled ones.
+    """
+    callbacks: list[keras.callbacks.Callback] = [keras.callbacks.TerminateOnNaN()]
+    if backup_dir:
+        callbacks.append(
+            ResumableBackupAndRestore(
+                backup_dir, save_freq=backup_freq, steps_per_epoch=steps_per_epoch
+            )
+        )
+    if checkpoint_dir:
+        os.makedirs(checkpoint_dir, exist_ok=True)
+        callbacks.append(
+            keras.callbacks.ModelCheckpoint(
+                os.path.join(checkpoint_dir, "best.weights.h5"),
+                monitor=monitor,
+                save_best_only=True,
+                save_weights_only=True,
+            )
+        )
+        callbacks.append(
+            keras.callbacks.ModelCheckpoint(
+                os.path.join(checkpoint_dir, "last.weights.h5"), save_weights_only=True
+            )
+        )
+    if log_dir:
+        if tensorboard_available():
+            callbacks.append(keras.callbacks.TensorBoard(log_dir=log_dir, update_freq="epoch"))
+        else:
+            logger.warning(
+                "TensorBoard is not installed (`pip install tensorboard`): no logs in %s.",
+                log_dir,
+            )
+    if early_stopping_patience is not None:
+        callbacks.append(
+            keras.callbacks.EarlyStopping(monitor=monitor, patience=early_stopping_patience)
+        )
+    return callbacks

@@ -1,0 +1,162 @@
+"""Keras 3 / `tf.distribute` fixes for `fit`, scoped to the models that use them.
+
+This is the only module of `keras_transformer.training` that imports `keras.src`. Nothing
+here patches Keras: `DistributedTrainingMixin` overrides methods of our own model class
+(`keras_transformer.training.TrainingTransformer`), so other Keras models are untouched.
+
+Problems solved (Keras 3.15, TensorFlow 2.21):
+
+1. `fit` under `MultiWorkerMirroredStrategy` fails in the symbolic build
+   (keras-team/keras#20585): `_maybe_symbolic_build` reduces the first distributed batch
+   with `strategy.reduce("MEAN", batch, axis=None)`, which under MWMS raises
+   `ValueError: Attempt to convert a value (PerReplica:{...}) with an unsupported type
+   (<class '...PerReplica'>) to a Tensor.` (it would also average int ids). Only the
+   batch's shapes and dtypes matter there, so the mixin builds from the first local
+   replica's batch.
+2. Then every step fails in `reduce_per_replica` (keras-team/keras#20329): under MWMS it
+   calls `strategy.reduce("MEAN", v, axis=0)` on the scalar logs, giving `ValueError:
+   Invalid reduction dimension 0 for input with 0 dimensions`. The mixin's `train_step` /
+   `test_step` return their scalars as shape-(1,) tensors under MWMS only, so that
+   reduction is the plain mean across replicas and yields a scalar again.
+3. `jit_compile=True` under `MirroredStrategy` fails because Keras compiles the function
+   that calls `strategy.run` over all devices with XLA: `Trying to access resource
+   .../replica_1/... located in device .../device:CPU:1 from device .../device:CPU:0`.
+   With `compile(jit_compile=True)` under a (non-default) strategy, the mixin compiles
+   Keras' outer step function without XLA and instead XLA-compiles, per replica, the
+   forward pass, loss and gradients (one device each); the cross-replica gradient
+   all-reduce and the optimizer update run outside XLA.
+
+The mixin also reports the optimizer's current learning rate as `learning_rate` in the
+training logs (so the progress bar and History show it).
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+from keras.src.backend.tensorflow import trainer as _tf_trainer
+from keras.src.losses import loss as _loss_module
+from keras.src.trainers.data_adapters import data_adapter_utils as _data_adapter_utils
+
+
+def in_multi_worker_mode(strategy: tf.distribute.Strategy) -> bool:
+    """Whether Keras treats `strategy` as a multi-worker collective strategy."""
+    return bool(_tf_trainer._collective_all_reduce_multi_worker(strategy))
+
+
+def is_distributed(strategy: tf.distribute.Strategy | None) -> bool:
+    """Whether `strategy` is a strategy made by the user, not TensorFlow's default one."""
+    return strategy is not None and type(strategy).__name__ != "_DefaultDistributionStrategy"
+
+
+class DistributedTrainingMixin:
+    """Makes a `keras.Model`'s `fit`/`evaluate` work under MWMS and XLA + MirroredStrategy.
+
+    Put it before `keras.Model` (or a subclass) in the bases. See the module docstring for
+    the problems it solves.
+
+    Example:
+
+    ```python
+    class MyModel(DistributedTrainingMixin, keras.Model):
+        ...
+    ```
+    """
+
+    _per_replica_jit_compile = False
+
+    def compile(self, *args, jit_compile="auto", **kwargs):
+        strategy = (
+            tf.distribute.get_strategy()
+            if tf.distribute.has_strategy()
+            else getattr(self, "_distribute_strategy", None)
+        )
+        per_replica = jit_compile is True and is_distributed(strategy)
+        super().compile(*args, jit_compile=False if per_replica else jit_compile, **kwargs)
+        self._per_replica_jit_compile = per_replica
+
+    @property
+    def per_replica_jit_compile(self) -> bool:
+        """Whether the per-replica training/evaluation steps are XLA-compiled."""
+        return self._per_replica_jit_compile
+
+    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+        strategy = self._distribute_strategy
+        if strategy is None:
+            return
+        if iterator is not None:
+            for _, _, it in iterator:
+                batch = next(it)
+                data_batch = tf.nest.map_structure(
+                    lambda v: (
+                        strategy.experimental_local_results(v)[0]
+                        if isinstance(v, tf.distribute.DistributedValues)
+                        else v
+                    ),
+                    batch,
+                )
+                break
+        with strategy.scope():
+            self._symbolic_build(data_batch=data_batch)
+
+    def train_step(self, data):
+        if self._per_replica_jit_compile:
+            logs = self._xla_train_step(data)
+        else:
+            logs = super().train_step(data)
+        logs = dict(logs)
+        if self.optimizer is not None:
+            logs["learning_rate"] = tf.cast(self.optimizer.learning_rate, "float32")
+        return self._logs_for_reduction(logs)
+
+    def test_step(self, data):
+        if self._per_replica_jit_compile:
+            logs = self._xla_test_step(data)
+        else:
+            logs = super().test_step(data)
+        return self._logs_for_reduction(logs)
+
+    def _logs_for_reduction(self, logs):
+        if not in_multi_worker_mode(self.distribute_strategy):
+            return logs
+        return tf.nest.map_structure(lambda v: tf.reshape(v, [1]) if v.shape.rank == 0 else v, logs)
+
+    def _batch_size(self, x):
+        return tf.shape(next(i for i in tf.nest.flatten(x) if i is not None))[0]
+
+    def _xla_train_step(self, data):
+        x, y, sample_weight = _data_adapter_utils.unpack_x_y_sample_weight(data)
+        trainable_weights = list(self.trainable_weights)
+
+        def forward_backward(x, y, sample_weight):
+            with tf.GradientTape() as tape:
+                y_pred = self(x, training=True)
+                loss = self._compute_loss(
+                    x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=True
+                )
+                scaled_loss = self.optimizer.scale_loss(loss)
+            return y_pred, loss, tape.gradient(scaled_loss, trainable_weights)
+
+        step = tf.function(forward_backward, jit_compile=True, autograph=False)
+        y_pred, loss, gradients = step(x, y, sample_weight)
+        self._loss_tracker.update_state(
+            _loss_module.unscale_loss_for_distribution(loss), sample_weight=self._batch_size(x)
+        )
+        self.optimizer.apply_gradients(zip(gradients, trainable_weights))
+        return self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
+
+    def _xla_test_step(self, data):
+        x, y, sample_weight = _data_adapter_utils.unpack_x_y_sample_weight(data)
+
+        def forward(x, y, sample_weight):
+            y_pred = self(x, training=False)
+            loss = self._compute_loss(
+                x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=False
+            )
+            return y_pred, loss
+
+        step = tf.function(forward, jit_compile=True, autograph=False)
+        y_pred, loss = step(x, y, sample_weight)
+        self._loss_tracker.update_state(
+            _loss_module.unscale_loss_for_distribution(loss), sample_weight=self._batch_size(x)
+        )
+        return self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)

@@ -1,0 +1,60 @@
+"""Training metrics: token accuracy over real (non-pad) target tokens."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+from keras import ops
+
+from keras_transformer.validation import check_non_negative_int
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class MaskedSparseCategoricalAccuracy(keras.metrics.Metric):
+    """The share of real target tokens whose arg-max prediction is right.
+
+    Padding positions (`pad_id`) count neither as right nor as wrong. The state is two sums
+    (right tokens, real tokens), so the value is exact over an epoch and across replicas.
+
+    Args:
+        pad_id: the padding id of the targets.
+        name: the metric name (`"accuracy"`, so the progress bar reads `accuracy`).
+        dtype: the result dtype.
+
+    Example:
+    >>> metric = MaskedSparseCategoricalAccuracy()
+    >>> logits = keras.ops.one_hot(keras.ops.array([[4, 2, 7]]), 8)
+    >>> metric.update_state(keras.ops.array([[4, 3, 0]]), logits)
+    >>> float(metric.result())
+    0.5
+    """
+
+    def __init__(self, pad_id: int = 0, name: str = "accuracy", dtype: str | None = "float32"):
+        super().__init__(name=name, dtype=dtype)
+        self.pad_id = check_non_negative_int("pad_id", pad_id)
+        self.correct = self.add_variable(shape=(), initializer="zeros", name="correct")
+        self.count = self.add_variable(shape=(), initializer="zeros", name="count")
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        y_true = ops.cast(y_true, "int32")
+        predicted = ops.cast(ops.argmax(y_pred, axis=-1), "int32")
+        weights = ops.cast(ops.not_equal(y_true, self.pad_id), self.dtype)
+        if sample_weight is not None:
+            sample_weight = ops.cast(sample_weight, self.dtype)
+            while len(sample_weight.shape) < len(weights.shape):
+                sample_weight = ops.expand_dims(sample_weight, -1)
+            weights = weights * sample_weight
+        right = ops.cast(ops.equal(y_true, predicted), self.dtype) * weights
+        self.correct.assign_add(ops.sum(right))
+        self.count.assign_add(ops.sum(weights))
+
+    def result(self):
+        return ops.divide_no_nan(self.correct, self.count)
+
+    def reset_state(self):
+        self.correct.assign(0.0)
+        self.count.assign(0.0)
+
+    def get_config(self) -> dict[str, Any]:
+        return {"pad_id": self.pad_id, "name": self.name, "dtype": self.dtype}

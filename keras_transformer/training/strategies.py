@@ -1,0 +1,122 @@
+"""`tf.distribute` strategies from a config, and the per-strategy choice of XLA."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Sequence
+
+import tensorflow as tf
+
+from keras_transformer.training.compat import in_multi_worker_mode, is_distributed
+
+logger = logging.getLogger(__name__)
+
+STRATEGIES = ("default", "mirrored", "multi_worker")
+
+
+def make_strategy(name: str = "default", devices: Sequence[str] | None = None):
+    """Creates a distribution strategy.
+
+    Args:
+        name: `"default"` (TensorFlow's default strategy: one device), `"mirrored"`
+            (`tf.distribute.MirroredStrategy`: synchronous data parallelism over `devices`,
+            all local GPUs when None) or `"multi_worker"`
+            (`tf.distribute.MultiWorkerMirroredStrategy`, configured by the `TF_CONFIG`
+            environment variable of each worker process).
+        devices: the devices of a `"mirrored"` strategy, e.g. `["/gpu:0", "/gpu:1"]` or
+            `["/cpu:0", "/cpu:1"]` (two logical CPUs).
+
+    Returns:
+        A `tf.distribute.Strategy`.
+
+    Example:
+    >>> strategy = make_strategy("mirrored", devices=["/cpu:0"])
+    >>> strategy.num_replicas_in_sync
+    1
+    """
+    if name not in STRATEGIES:
+        raise ValueError(
+            f"Received an invalid value for argument `strategy`, expected one of "
+            f"{STRATEGIES}. Received: strategy={name!r}"
+        )
+    if devices is not None and name != "mirrored":
+        raise ValueError(
+            "Received `devices` for a strategy that does not take them; devices are only "
+            f"used by strategy='mirrored'. Received: strategy={name!r}, devices={devices!r}"
+        )
+    if name == "default":
+        return tf.distribute.get_strategy()
+    if name == "mirrored":
+        if devices is not None and (
+            isinstance(devices, str) or not devices or not all(isinstance(d, str) for d in devices)
+        ):
+            raise ValueError(
+                "Received an invalid value for argument `devices`, expected a non-empty list "
+                f"of device names such as ['/gpu:0', '/gpu:1']. Received: devices={devices!r}"
+            )
+        strategy = tf.distribute.MirroredStrategy(list(devices) if devices else None)
+    else:
+        if "TF_CONFIG" not in os.environ:
+            logger.warning(
+                "strategy='multi_worker' without the TF_CONFIG environment variable runs a "
+                "single worker."
+            )
+        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    logger.info(
+        "Using %s with %d replica(s).", type(strategy).__name__, strategy.num_replicas_in_sync
+    )
+    return strategy
+
+
+def resolve_jit_compile(jit_compile: bool | str, strategy=None) -> bool:
+    """Turns `jit_compile` (`True`, `False` or `"auto"`) into a bool for `compile`.
+
+    `"auto"` enables XLA only on a single GPU: not on CPU-only machines (XLA compiles slowly
+    there and gains little) and not under a distribution strategy. `True` under a strategy
+    XLA-compiles each replica's step (see `keras_transformer.training.compat`).
+
+    Args:
+        jit_compile: the requested setting.
+        strategy: the strategy training runs under (the current one when None).
+
+    Returns:
+        Whether to compile with XLA.
+    """
+    if isinstance(jit_compile, bool):
+        return jit_compile
+    if jit_compile != "auto":
+        raise ValueError(
+            "Received an invalid value for argument `jit_compile`, expected True, False or "
+            f"'auto'. Received: jit_compile={jit_compile!r}"
+        )
+    strategy = strategy if strategy is not None else tf.distribute.get_strategy()
+    if is_distributed(strategy):
+        return False
+    return bool(tf.config.list_physical_devices("GPU"))
+
+
+def is_chief(strategy=None) -> bool:
+    """Whether this process writes the run's files (always True outside multi-worker).
+
+    Under `MultiWorkerMirroredStrategy` the chief is the task of type `"chief"`, or worker
+    0 when the cluster has no chief.
+    """
+    strategy = strategy if strategy is not None else tf.distribute.get_strategy()
+    if not in_multi_worker_mode(strategy):
+        return True
+    resolver = strategy.cluster_resolver
+    task_type, task_id = resolver.task_type, resolver.task_id
+    if task_type in (None, "chief"):
+        return True
+    cluster = json.loads(os.environ.get("TF_CONFIG", "{}")).get("cluster", {})
+    return task_type == "worker" and task_id == 0 and "chief" not in cluster
+
+
+def worker_id(strategy=None) -> int:
+    """The worker's task index under multi-worker training (0 otherwise)."""
+    strategy = strategy if strategy is not None else tf.distribute.get_strategy()
+    if not in_multi_worker_mode(strategy):
+        return 0
+    return int(strategy.cluster_resolver.task_id or 0)

@@ -1,0 +1,84 @@
+"""`keras-transformer train` end to end on Multi30k (tiny overrides)."""
+
+import logging
+import os
+
+import numpy as np
+import pytest
+import yaml
+
+from keras_transformer import Transformer
+from keras_transformer.cli import main
+from keras_transformer.run_dir import RunPaths, load_run
+from keras_transformer.training.callbacks import tensorboard_available
+
+
+def _args(run_dir, multi30k_dir, tfds_dir, *extra):
+    overrides = [
+        f"training.run_dir={run_dir}",
+        f"data.local_dir={multi30k_dir}",
+        f"data.data_dir={tfds_dir}",
+        "data.max_train_examples=2000",
+        "data.max_validation_examples=64",
+        "data.vocab_size=1000",
+        "data.batch_size=32",
+        "model.num_encoder_layers=1",
+        "model.num_decoder_layers=1",
+        "model.d_model=64",
+        "model.d_ff=128",
+        "training.epochs=1",
+        "training.steps_per_epoch=6",
+        "training.validation_steps=2",
+        "training.backup_freq=3",
+        "training.verbose=0",
+        *extra,
+    ]
+    args = ["train", "--config", "multi30k_de_en"]
+    for override in overrides:
+        args += ["--set", override]
+    return args
+
+
+@pytest.mark.slow
+def test_cli_train_writes_a_complete_run_directory(tmp_path, multi30k_dir):
+    run_dir, tfds_dir = str(tmp_path / "run"), str(tmp_path / "tfds")
+    assert main(_args(run_dir, multi30k_dir, tfds_dir)) == 0
+    paths = RunPaths(run_dir)
+    for required in (
+        paths.config,
+        paths.model,
+        os.path.join(paths.source_tokenizer, "spm.model"),
+        os.path.join(paths.target_tokenizer, "spm.model"),
+        os.path.join(paths.checkpoints, "last.weights.h5"),
+        os.path.join(paths.checkpoints, "best.weights.h5"),
+    ):
+        assert os.path.isfile(required), required
+    if tensorboard_available():
+        assert os.listdir(paths.logs)  # TensorBoard events
+    assert not os.path.exists(paths.backup)  # the backup is removed once training is done
+    with open(paths.config) as f:
+        saved = yaml.safe_load(f)
+    assert saved["training"]["epochs"] == 1 and saved["data"]["vocab_size"] == 1000
+
+    model, source_tokenizer, target_tokenizer = load_run(run_dir)
+    assert type(model) is Transformer
+    assert source_tokenizer.vocab_size == 1000 == model.target_vocab_size
+    ids = source_tokenizer.tokenize(["Ein Hund läuft."]).to_tensor()
+    logits = model((ids, np.array([[2]], "int32")))
+    assert logits.shape == (1, 1, 1000)
+
+    # A second run reuses the tokenizers instead of training new ones.
+    tokenizer_file = os.path.join(paths.source_tokenizer, "spm.model")
+    before = os.stat(tokenizer_file).st_mtime_ns
+    assert main(_args(run_dir, multi30k_dir, tfds_dir, "training.steps_per_epoch=2")) == 0
+    assert os.stat(tokenizer_file).st_mtime_ns == before
+
+
+def test_cli_train_rejects_bad_config_values(tmp_path, caplog):
+    with caplog.at_level(logging.ERROR):
+        code = main(["train", "--config", "multi30k_de_en", "--set", "training.epochs=0"])
+    assert code == 2
+    assert "Received an invalid value for `training.epochs`" in caplog.text
+    with caplog.at_level(logging.ERROR):
+        code = main(["train", "--config", str(tmp_path / "missing.yaml")])
+    assert code == 2 and "No config file" in caplog.text
