@@ -1,0 +1,141 @@
+"""Attention weights of a translation, for plotting.
+
+`translation_attention` translates one sentence, then runs the model teacher-forced on
+`[BOS] + translation` with `return_attention_scores=True` and returns the weights as numpy
+arrays next to the SentencePiece pieces that label their axes. `plot_attention` draws one
+head (or the mean of several) with matplotlib, which is imported only when it is called
+(it is not a dependency of the package) and never calls `plt.show()`.
+
+Example:
+
+```python
+source, target, weights = translation_attention(translator, "Ein Hund läuft.")
+weights["cross_attention"].shape  # (layers, heads, len(target), len(source))
+figure = plot_attention(source, target, weights["cross_attention"][-1].mean(axis=0))
+figure.savefig("attention.png")
+```
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from keras_transformer.decoding import BOS_ID, EOS_ID
+
+
+def _pieces(tokenizer, ids: np.ndarray) -> list[str]:
+    if len(ids) == 0:
+        return []
+    pieces = tokenizer.id_to_piece(tf.constant(np.asarray(ids, np.int32))).numpy()
+    return [p.decode("utf-8") for p in pieces]
+
+
+def translation_attention(
+    translator, sentence: str, hypothesis: int = 0
+) -> tuple[list[str], list[str], dict[str, np.ndarray]]:
+    """Translates `sentence` and returns the attention weights behind its translation.
+
+    Args:
+        translator: a `keras_transformer.translator.Translator`.
+        sentence: the source sentence.
+        hypothesis: which of the translator's hypotheses (0 = best).
+
+    Returns:
+        `(source_pieces, target_pieces, weights)`: the S source pieces, the T emitted target
+        pieces (EOS included when emitted) and a dict of float32 arrays:
+        `"cross_attention"` (L, H, T, S), `"decoder_self_attention"` (L, H, T, T) and
+        `"encoder_self_attention"` (L, H, S, S). Row t of the decoder weights belongs to the
+        step that emitted target piece t.
+
+    Example:
+    >>> src, tgt, w = translation_attention(translator, "Ein Hund.")  # doctest: +SKIP
+    >>> w["cross_attention"].shape  # doctest: +SKIP
+    (6, 8, 4, 3)
+    """
+    source_ids = translator.encode_sources([sentence])[0]
+    if len(source_ids) == 0:
+        raise ValueError(
+            "Received an invalid value for argument `sentence`, expected a sentence with at "
+            f"least one token. Received: sentence={sentence!r}"
+        )
+    tokens, _ = translator.decode_ids([source_ids])
+    target = np.asarray(tokens[0][hypothesis])  # (T_max,)
+    eos_id = int(getattr(translator.target_tokenizer, "eos_id", EOS_ID))
+    pad_id = int(translator.model.pad_id)
+    ends = np.flatnonzero(target == eos_id)
+    length = int(ends[0]) + 1 if ends.size else int(np.sum(target != pad_id))
+    target = target[:length]  # (T,)
+    bos_id = int(getattr(translator.target_tokenizer, "bos_id", BOS_ID))
+    decoder_inputs = np.concatenate([[bos_id], target[:-1]]).astype(np.int32)  # (T,)
+    _, attention = translator.model(
+        (tf.constant(source_ids[None]), tf.constant(decoder_inputs[None])),
+        return_attention_scores=True,
+        training=False,
+    )
+    weights = {
+        name: np.stack([np.asarray(w, np.float32)[0] for w in attention[name]])
+        for name in ("cross_attention", "decoder_self_attention", "encoder_self_attention")
+    }  # (L, H, ., .)
+    return (
+        _pieces(translator.source_tokenizer, source_ids),
+        _pieces(translator.target_tokenizer, target),
+        weights,
+    )
+
+
+def plot_attention(
+    source_pieces: Sequence[str],
+    target_pieces: Sequence[str],
+    weights: Any,
+    ax: Any = None,
+    title: str | None = None,
+):
+    """Draws a (T, S) attention matrix as a heat map with labeled axes.
+
+    Needs matplotlib (imported here; not a dependency of the package). Does not call
+    `plt.show()`.
+
+    Args:
+        source_pieces: the S column labels.
+        target_pieces: the T row labels.
+        weights: (T, S) weights, e.g. one head `w[layer, head]` or `w[layer].mean(0)`.
+        ax: a matplotlib `Axes` to draw on; a new figure is made when None.
+        title: the axes' title.
+
+    Returns:
+        The matplotlib `Figure`.
+    """
+    try:
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        raise ImportError(
+            "plot_attention needs matplotlib, which keras_transformer does not install: "
+            "`pip install matplotlib`."
+        ) from e
+    weights = np.asarray(weights)
+    if weights.shape != (len(target_pieces), len(source_pieces)):
+        raise ValueError(
+            "Received an invalid value for argument `weights`, expected shape "
+            f"(len(target_pieces), len(source_pieces))="
+            f"{(len(target_pieces), len(source_pieces))}. Received: weights.shape={weights.shape}"
+        )
+    if ax is None:
+        figure, ax = plt.subplots(
+            figsize=(max(4.0, 0.45 * len(source_pieces)), max(3.0, 0.4 * len(target_pieces)))
+        )
+    else:
+        figure = ax.figure
+    image = ax.imshow(weights, cmap="viridis", aspect="auto", vmin=0.0)
+    ax.set_xticks(range(len(source_pieces)), list(source_pieces), rotation=90)
+    ax.set_yticks(range(len(target_pieces)), list(target_pieces))
+    ax.set_xlabel("source")
+    ax.set_ylabel("target")
+    if title:
+        ax.set_title(title)
+    figure.colorbar(image, ax=ax)
+    figure.tight_layout()
+    return figure

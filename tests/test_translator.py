@@ -1,0 +1,196 @@
+"""`Translator`, the translate/evaluate commands and attention extraction."""
+
+import gzip
+import json
+import os
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_transformer import Transformer, cli
+from keras_transformer.decoding import EOS_ID
+from keras_transformer.run_dir import RunPaths
+from keras_transformer.tokenization import train_sentencepiece
+from keras_transformer.translator import Translator
+from keras_transformer.visualization import translation_attention
+
+GERMAN = [
+    "Ein Hund läuft durch den Park.",
+    "Zwei Männer spielen Fußball.",
+    "Eine Frau mit einem roten Hut sitzt auf einer Bank.",
+    "Kinder.",
+    "",
+]
+
+
+def _lines(directory, name, limit):
+    with gzip.open(os.path.join(directory, name), "rt", encoding="utf-8") as f:
+        return [next(f).rstrip("\n") for _ in range(limit)]
+
+
+@pytest.fixture(scope="module")
+def tokenizer(request):
+    """A small shared SentencePiece model trained on the first Multi30k sentences."""
+    directory = request.getfixturevalue("multi30k_dir")
+    texts = _lines(directory, "train.de.gz", 400) + _lines(directory, "train.en.gz", 400)
+    return train_sentencepiece(texts, vocab_size=300, byte_fallback=False, seed=0)
+
+
+def normalized(tokenizer, sentences):
+    return [t.decode("utf-8") for t in tokenizer.detokenize(tokenizer.tokenize(sentences)).numpy()]
+
+
+class CopyModel:
+    """A stand-in for `Transformer` whose decoder copies the source, then emits EOS.
+
+    It implements the decoding interface (`pad_id`, `max_length`, `encode`,
+    `init_decoding_cache`, `decode_step`) with TF ops, so the search, the batching and the
+    tokenizers can be checked end to end on exact strings.
+    """
+
+    pad_id = 0
+    max_length = 64
+
+    def __init__(self, vocab_size):
+        self.vocab_size = vocab_size
+
+    def encode(self, source_ids, training=False):
+        return tf.cast(source_ids, tf.float32)[..., None], tf.not_equal(source_ids, 0)
+
+    def init_decoding_cache(self, encoder_output, max_length):
+        batch_size = tf.shape(encoder_output)[0]
+        cache = tf.zeros([batch_size, 1, 2, max_length, 1, 1])
+        return cache, encoder_output[:, None, None, :, :, None]  # (B, 1, 1, S, 1, 1)
+
+    def decode_step(self, token_ids, source_mask, cache, cross_cache, index):
+        source = tf.cast(cross_cache[:, 0, 0, :, 0, 0], tf.int32)  # (B, S)
+        length = tf.reduce_sum(tf.cast(source_mask, tf.int32), axis=1)  # (B,)
+        position = tf.minimum(index, tf.shape(source)[1] - 1)
+        copied = tf.gather(source, tf.fill([tf.shape(source)[0]], position), batch_dims=1)
+        next_ids = tf.where(index < length, copied, EOS_ID)  # (B,)
+        logits = tf.one_hot(next_ids, self.vocab_size) * 8.0 - 4.0  # (B, V)
+        return logits[:, None, :], cache
+
+
+def test_translator_round_trip_with_a_copy_model(tokenizer):
+    translator = Translator(CopyModel(tokenizer.vocab_size), tokenizer, tokenizer, beam_size=3)
+    expected = normalized(tokenizer, GERMAN)
+    assert translator.translate(GERMAN) == expected
+    nbest = translator.translate_nbest(GERMAN, n=2)
+    assert [len(h) for h in nbest] == [2] * len(GERMAN)
+    assert [h[0][0] for h in nbest] == expected
+    assert all(h[0][1] >= h[1][1] and h[0][0] != h[1][0] for h in nbest)
+    # The pure-TF path, traced over a [None] string signature, gives the same strings.
+    translations, scores = translator.serving_function()(tf.constant(GERMAN))
+    assert [t.decode("utf-8") for t in translations.numpy()] == expected
+    np.testing.assert_allclose(scores, [h[0][1] for h in nbest], rtol=1e-5, atol=1e-5)
+    assert translator.translate([]) == []
+    with pytest.raises(ValueError, match="not a single string"):
+        translator.translate("Ein Hund.")
+    with pytest.raises(ValueError, match="expected at most 3"):
+        translator.translate_nbest(GERMAN, n=4)
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tokenizer):
+    keras.utils.set_random_seed(3)
+    model = Transformer.from_preset(
+        "tiny",
+        source_vocab_size=tokenizer.vocab_size,
+        target_vocab_size=tokenizer.vocab_size,
+        share_embeddings=True,
+    )
+    model((np.ones((1, 3), "int32"), np.ones((1, 2), "int32")))
+    return model
+
+
+@pytest.mark.parametrize("beam_size", [1, 2])
+def test_translate_equals_the_pure_tf_function(tokenizer, tiny_model, beam_size):
+    translator = Translator(
+        tiny_model,
+        tokenizer,
+        tokenizer,
+        beam_size=beam_size,
+        max_length=20,
+        batch_size=2,
+        jit_compile=False,
+    )
+    texts = translator.translate(GERMAN)
+    assert len(texts) == len(GERMAN) and all(isinstance(t, str) for t in texts)
+    translations, scores = translator.serving_function()(tf.constant(GERMAN))
+    assert [t.decode("utf-8") for t in translations.numpy()] == texts
+    assert scores.shape == (len(GERMAN),) and scores.dtype == tf.float32
+
+
+def _make_run_dir(root, model, tokenizer):
+    paths = RunPaths(str(root))
+    os.makedirs(paths.root, exist_ok=True)
+    model.save(paths.model)
+    tokenizer.save(paths.source_tokenizer)
+    tokenizer.save(paths.target_tokenizer)
+    return paths.root
+
+
+def test_commands_translate_and_evaluate(tmp_path, tokenizer, tiny_model, multi30k_dir, capsys):
+    run_dir = _make_run_dir(tmp_path / "run", tiny_model, tokenizer)
+    translator = Translator.from_run_dir(run_dir, beam_size=2, max_length=16, jit_compile=False)
+    expected = translator.translate(GERMAN[:3])
+    common = ["--beam-size", "2", "--max-length", "16", "--jit", "off"]
+
+    output = tmp_path / "out.txt"
+    assert cli.main(["translate", run_dir, *GERMAN[:3], "--output", str(output), *common]) == 0
+    assert output.read_text(encoding="utf-8").splitlines() == expected
+
+    source_file = tmp_path / "test.de"
+    source_file.write_text("\n".join(GERMAN[:3]) + "\n", encoding="utf-8")
+    assert (
+        cli.main(["translate", run_dir, "--input", str(source_file), "--nbest", "2", *common]) == 0
+    )
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 6 and [line.split("\t")[0] for line in lines[::2]] == ["0", "1", "2"]
+    assert [line.split("\t", 2)[2] for line in lines[::2]] == expected
+
+    reference_file = tmp_path / "test.en"
+    reference_file.write_text("\n".join(expected) + "\n", encoding="utf-8")
+    hypotheses, details, scores = (tmp_path / n for n in ("hyp.txt", "d.jsonl", "s.json"))
+    arguments = ["--source-file", str(source_file), "--reference-file", str(reference_file)]
+    arguments += ["--output", str(hypotheses), "--details", str(details)]
+    arguments += ["--scores-json", str(scores), "--no-progress", *common]
+    assert cli.main(["evaluate", run_dir, *arguments]) == 0
+    printed = capsys.readouterr().out
+    assert "BLEU|nrefs:1|" in printed and "chrF2|" in printed
+    summary = json.loads(scores.read_text())
+    assert summary["scores"] == {"bleu": pytest.approx(100.0), "chrf": pytest.approx(100.0)}
+    assert summary["signatures"]["bleu"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
+    assert hypotheses.read_text(encoding="utf-8").splitlines() == expected
+    rows = [json.loads(line) for line in details.read_text(encoding="utf-8").splitlines()]
+    assert [r["source"] for r in rows] == GERMAN[:3] and all("chrf" in r for r in rows)
+
+    # A split of Multi30k, through keras_transformer.data.
+    arguments = ["--data", "multi30k/de-en", "--split", "test", "--local-dir", multi30k_dir]
+    arguments += ["--data-dir", str(tmp_path / "tfds"), "--max-sentences", "4"]
+    arguments += ["--metrics", "chrf", "--output", str(hypotheses), "--no-progress", *common]
+    assert cli.main(["evaluate", run_dir, *arguments]) == 0
+    assert "\nchrF2|nrefs:1|" in capsys.readouterr().out  # after TFDS's own messages
+    assert hypotheses.read_text(encoding="utf-8").splitlines() == translator.translate(
+        _lines(multi30k_dir, "test_2016_flickr.de.gz", 4)
+    )
+
+
+def test_translation_attention_shapes(tokenizer, tiny_model):
+    translator = Translator(tiny_model, tokenizer, tokenizer, beam_size=2, max_length=12)
+    sentence = GERMAN[0]
+    source_pieces, target_pieces, weights = translation_attention(translator, sentence)
+    num_source = len(tokenizer.tokenize([sentence])[0])
+    assert len(source_pieces) == num_source and all(isinstance(p, str) for p in source_pieces)
+    num_target = len(target_pieces)
+    assert 1 <= num_target <= 12
+    layers, heads = tiny_model.num_decoder_layers, tiny_model.num_heads
+    assert weights["cross_attention"].shape == (layers, heads, num_target, num_source)
+    assert weights["decoder_self_attention"].shape == (layers, heads, num_target, num_target)
+    assert weights["encoder_self_attention"].shape == (layers, heads, num_source, num_source)
+    np.testing.assert_allclose(weights["cross_attention"].sum(-1), 1.0, atol=1e-5)
+    with pytest.raises(ValueError, match="at least one token"):
+        translation_attention(translator, "")
