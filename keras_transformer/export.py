@@ -1,0 +1,197 @@
+"""Export a `Translator` as a string-in/string-out SavedModel for TF Serving.
+
+`export_translator` writes `BASE/NAME/VERSION/` with `keras.export.ExportArchive`:
+
+- into a hidden temporary folder beside the version folders first (TF Serving only picks up
+  folders named by an integer), then renamed into place once complete and checked, so a
+  server polling the base path never sees half a model, and a failed export leaves nothing
+  behind;
+- with the tokenizers' SentencePiece models inside the graph (tracked tf-text resources):
+  nothing outside the version folder is needed;
+- with only ops that TF Serving's model server ships (`keras_transformer.serving.ops`).
+
+Signatures (named inputs, dict outputs of dense tensors):
+
+| signature | inputs | outputs |
+| --- | --- | --- |
+| `serving_default` | `sentences` str (N,) | `translations` str (N,), `scores` float32 (N,) |
+| `translate_nbest` | `sentences` str (N,) | `translations` str (N, K), `scores` float32 (N, K) |
+| `tokenize` | `sentences` str (N,) | `token_ids` int32 (N, S) 0-padded, `lengths` int32 (N,) |
+| `detokenize` | `token_ids` int32 (N, T) | `sentences` str (N,) |
+
+`tokenize` uses the source tokenizer and `detokenize` the target one. Decoding uses the
+translator's method, beam size (K), length penalty and length limits at export time.
+Scores are the decoder's (length-penalized log-probabilities; higher is better).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import uuid
+from collections.abc import Iterable
+
+import keras
+import tensorflow as tf
+
+from keras_transformer.translator import Translator
+
+logger = logging.getLogger(__name__)
+
+SIGNATURES = ("serving_default", "translate_nbest", "tokenize", "detokenize")
+_TMP_PREFIX = ".tmp-export-"
+
+
+def _version_dirs(model_dir: str) -> list[int]:
+    if not os.path.isdir(model_dir):
+        return []
+    return sorted(int(name) for name in os.listdir(model_dir) if name.isdigit())
+
+
+def next_version(model_dir: str) -> int:
+    """The next free integer version under `model_dir` (1 when there is none)."""
+    versions = _version_dirs(model_dir)
+    return versions[-1] + 1 if versions else 1
+
+
+def _serving_functions(translator: Translator) -> dict[str, tf.types.experimental.GenericFunction]:
+    sentences_spec = tf.TensorSpec([None], tf.string, name="sentences")
+    model, source, target = (
+        translator.model,
+        translator.source_tokenizer,
+        translator.target_tokenizer,
+    )
+    pad_id = int(model.pad_id)
+
+    @tf.function(input_signature=[sentences_spec])
+    def serving_default(sentences):
+        translations, scores = translator.translate_strings(sentences)
+        return {"translations": translations, "scores": scores}
+
+    @tf.function(input_signature=[sentences_spec])
+    def translate_nbest(sentences):
+        translations, scores = translator.translate_strings_nbest(sentences)
+        return {"translations": translations, "scores": scores}
+
+    @tf.function(input_signature=[sentences_spec])
+    def tokenize(sentences):
+        ragged = tf.cast(source.tokenize(sentences), tf.int32)  # (N, None)
+        return {
+            "token_ids": ragged.to_tensor(default_value=pad_id),  # (N, S)
+            "lengths": tf.cast(ragged.row_lengths(), tf.int32),  # (N,)
+        }
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32, name="token_ids")])
+    def detokenize(token_ids):
+        return {"sentences": target.detokenize(token_ids)}
+
+    return {
+        "serving_default": serving_default,
+        "translate_nbest": translate_nbest,
+        "tokenize": tokenize,
+        "detokenize": detokenize,
+    }
+
+
+def export_translator(
+    translator: Translator,
+    base_path: str,
+    model_name: str = "transformer",
+    version: int | None = None,
+    check_ops: bool = True,
+    allowed_ops: Iterable[str] | None = None,
+) -> str:
+    """Writes `translator` as SavedModel `base_path/model_name/version` for TF Serving.
+
+    Args:
+        translator: the `Translator` to export (its decoding settings are baked in).
+        base_path: TF Serving's model base path's parent: the export lands in
+            `base_path/model_name/<version>`.
+        model_name: the model's folder (TF Serving's model name).
+        version: a positive integer; defaults to the next free one. An existing version is
+            never overwritten.
+        check_ops: refuse to publish a graph with ops that TF Serving does not ship.
+        allowed_ops: the allow-list for that check; defaults to the packaged one.
+
+    Returns:
+        The path of the published version folder.
+
+    Raises:
+        ValueError: for a bad `version`/`model_name`, an existing version, or ops outside
+            the allow-list; nothing is left on disk then.
+
+    Example:
+    >>> translator = Translator.from_run_dir("runs/de-en", beam_size=4)  # doctest: +SKIP
+    >>> export_translator(translator, "exports")  # doctest: +SKIP
+    'exports/transformer/1'
+    """
+    if not model_name or os.sep in model_name or model_name.startswith("."):
+        raise ValueError(
+            "Received an invalid value for argument `model_name`, expected a plain folder "
+            f"name. Received: model_name={model_name!r}"
+        )
+    model_dir = os.path.join(base_path, model_name)
+    if version is None:
+        version = next_version(model_dir)
+    if isinstance(version, bool) or not isinstance(version, int) or version <= 0:
+        raise ValueError(
+            "Received an invalid value for argument `version`, expected a positive integer. "
+            f"Received: version={version!r}"
+        )
+    final_dir = os.path.join(model_dir, str(version))
+    if os.path.exists(final_dir):
+        raise ValueError(
+            f"Received version={version}, but {final_dir!r} already exists; expected a new "
+            f"version (the next free one is {next_version(model_dir)}). Exports are never "
+            "overwritten."
+        )
+
+    os.makedirs(model_dir, exist_ok=True)
+    tmp_dir = os.path.join(model_dir, f"{_TMP_PREFIX}{version}-{uuid.uuid4().hex[:8]}")
+    try:
+        archive = keras.export.ExportArchive()
+        archive.track(translator.model)
+        archive.track(translator.source_tokenizer)
+        if translator.target_tokenizer is not translator.source_tokenizer:
+            archive.track(translator.target_tokenizer)
+        for name, fn in _serving_functions(translator).items():
+            fn.get_concrete_function()  # trace now: a ready tf.function keeps autograph
+            archive.add_endpoint(name, fn)
+        archive.write_out(tmp_dir, verbose=False)
+        _write_export_info(tmp_dir, translator, version)
+        if check_ops:
+            from keras_transformer.serving.ops import check_serving_ops
+
+            check_serving_ops(
+                tmp_dir, allowed=None if allowed_ops is None else frozenset(allowed_ops)
+            )
+        os.rename(tmp_dir, final_dir)  # atomic on one file system
+    except BaseException:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+        raise
+    logger.info("Exported version %d of %r to %s", version, model_name, final_dir)
+    return final_dir
+
+
+def _write_export_info(export_dir: str, translator: Translator, version: int) -> None:
+    """`assets.extra/export_info.json`: what was exported and how it decodes."""
+    from keras_transformer import __version__
+
+    info = {
+        "keras_transformer_version": __version__,
+        "tensorflow_version": tf.__version__,
+        "version": version,
+        "signatures": list(SIGNATURES),
+        "decoding": {
+            "method": translator.method,
+            "beam_size": translator.beam_size,
+            "length_penalty": translator.length_penalty,
+        },
+        "model": translator.model.transformer_config().to_dict(),
+    }
+    extra = os.path.join(export_dir, "assets.extra")
+    os.makedirs(extra, exist_ok=True)
+    with open(os.path.join(extra, "export_info.json"), "w", encoding="utf-8") as f:
+        json.dump(info, f, indent=2)
