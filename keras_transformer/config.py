@@ -13,12 +13,10 @@ from typing import Any
 
 
 @dataclass
-class TransformerConfig:
-    """Architecture of a `Transformer` (paper names in brackets).
+class ArchitectureConfig:
+    """A Transformer's architecture apart from its vocabulary sizes (paper names in brackets).
 
     Attributes:
-        source_vocab_size: source vocabulary size.
-        target_vocab_size: target vocabulary size.
         num_encoder_layers: encoder layers (N).
         num_decoder_layers: decoder layers (N).
         d_model: model size (d_model).
@@ -36,8 +34,6 @@ class TransformerConfig:
         pad_id: padding id of both vocabularies.
     """
 
-    source_vocab_size: int
-    target_vocab_size: int
     num_encoder_layers: int = 6
     num_decoder_layers: int = 6
     d_model: int = 512
@@ -52,6 +48,19 @@ class TransformerConfig:
     share_embeddings: bool = False
     tie_output_embeddings: bool = True
     pad_id: int = 0
+
+
+@dataclass(kw_only=True)
+class TransformerConfig(ArchitectureConfig):
+    """Everything `Transformer(...)` takes: the architecture plus the vocabulary sizes.
+
+    Attributes:
+        source_vocab_size: source vocabulary size (keyword-only).
+        target_vocab_size: target vocabulary size (keyword-only).
+    """
+
+    source_vocab_size: int
+    target_vocab_size: int
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -77,31 +86,17 @@ _MODEL_TYPES = ("unigram", "bpe")
 
 
 @dataclass
-class ModelConfig:
+class ModelConfig(ArchitectureConfig):
     """The `model` section: a `TransformerConfig` without the vocabulary sizes.
 
     The vocabulary sizes come from the tokenizers trained (or loaded) for the run. Fields
-    and defaults are those of `TransformerConfig`; `remat` adds gradient recomputation.
+    and defaults are those of `ArchitectureConfig`; `remat` adds gradient recomputation.
 
     Attributes:
         remat: recompute each encoder/decoder layer's activations in the backward pass
             (`keras.RematScope`, i.e. `tf.recompute_grad`) to save memory.
     """
 
-    num_encoder_layers: int = 6
-    num_decoder_layers: int = 6
-    d_model: int = 512
-    num_heads: int = 8
-    d_ff: int = 2048
-    dropout: float = 0.1
-    attention_dropout: float = 0.0
-    activation: str = "relu"
-    max_length: int = 512
-    norm_first: bool = False
-    layer_norm_epsilon: float = 1e-6
-    share_embeddings: bool = False
-    tie_output_embeddings: bool = True
-    pad_id: int = 0
     remat: bool = False
 
     def to_transformer_config(

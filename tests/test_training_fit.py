@@ -35,7 +35,15 @@ def copy_task(n, max_len=8, vocab=VOCAB, seed=0):
 
 def tiny_config(d_model=32, dropout=0.0):
     return TransformerConfig(
-        VOCAB, VOCAB, 1, 1, d_model=d_model, num_heads=4, d_ff=64, dropout=dropout, max_length=16
+        source_vocab_size=VOCAB,
+        target_vocab_size=VOCAB,
+        num_encoder_layers=1,
+        num_decoder_layers=1,
+        d_model=d_model,
+        num_heads=4,
+        d_ff=64,
+        dropout=dropout,
+        max_length=16,
     )
 
 
@@ -58,7 +66,15 @@ class StopAtAccuracy(keras.callbacks.Callback):
 @pytest.mark.slow
 def test_small_model_learns_to_copy():
     config = TransformerConfig(
-        VOCAB, VOCAB, 2, 2, d_model=64, num_heads=4, d_ff=128, dropout=0.0, max_length=16
+        source_vocab_size=VOCAB,
+        target_vocab_size=VOCAB,
+        num_encoder_layers=2,
+        num_decoder_layers=2,
+        d_model=64,
+        num_heads=4,
+        d_ff=128,
+        dropout=0.0,
+        max_length=16,
     )
     model = build_model(config)
     compile_model(

@@ -31,7 +31,8 @@ WORKER = textwrap.dedent(
     data = tf.data.Dataset.from_tensor_slices(((source, target_in), target_out))
     train = data.batch(32, drop_remainder=True).repeat()
     validation = data.take(128).batch(32)
-    config = TransformerConfig(16, 16, 1, 1, d_model=32, num_heads=4, d_ff=64, dropout=0.1,
+    config = TransformerConfig(source_vocab_size=16, target_vocab_size=16, num_encoder_layers=1,
+                               num_decoder_layers=1, d_model=32, num_heads=4, d_ff=64, dropout=0.1,
                                max_length=16)
     with strategy.scope():
         model = build_model(config)
