@@ -9,7 +9,17 @@ from keras_transformer.models import PRESETS, Transformer
 __version__ = "0.1.0"
 
 # Imported on first use: they pull in tensorflow-datasets / tensorflow-text.
-_LAZY_MODULES = ("data", "decoding", "evaluation", "export", "tokenization", "translator")
+_LAZY_MODULES = (
+    "data",
+    "decoding",
+    "evaluation",
+    "export",
+    "serving",
+    "tokenization",
+    "training",
+    "translator",
+    "visualization",
+)
 
 
 def __getattr__(name: str):

@@ -43,7 +43,7 @@ keras-transformer train --config multi30k_de_en --run-dir "$RUN_DIR" \
   --set training.learning_rate_scale=2.0 --set training.verbose=2
 
 echo "== 2/4 export -> $EXPORT_DIR/transformer/<version>"
-VERSION_DIR=$(keras-transformer export --run-dir "$RUN_DIR" --base-path "$EXPORT_DIR" \
+VERSION_DIR=$(keras-transformer export "$RUN_DIR" --base-path "$EXPORT_DIR" \
   --model-name transformer --beam-size 4)
 echo "exported $VERSION_DIR"
 

@@ -12,14 +12,12 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
+from multi30k_files import MULTI30K_DIR  # noqa: E402
 
 _cpus = tf.config.list_physical_devices("CPU")
 tf.config.set_logical_device_configuration(
     _cpus[0], [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()]
 )
-
-SHARED_DIR = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "shared"))
-MULTI30K_DIR = os.path.join(SHARED_DIR, "data", "multi30k")
 
 
 @pytest.fixture

@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
+from multi30k_files import MULTI30K_DIR as MULTI30K
+from multi30k_files import read_lines as _lines
 
 from keras_transformer.data import (
     check_text_files,
@@ -24,16 +26,6 @@ from keras_transformer.data import (
 )
 from keras_transformer.data import multi30k as multi30k_lib
 from keras_transformer.tokenization import BOS_ID, EOS_ID, train_sentencepiece
-
-MULTI30K = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "multi30k")
-
-
-def _lines(name, limit=None):
-    with gzip.open(os.path.join(MULTI30K, name), "rt", encoding="utf-8") as f:
-        lines = f.read().split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return lines[:limit]
 
 
 def _pairs(dataset):

@@ -2,7 +2,6 @@
 saved_model_cli, the op allow-list, and the REST stand-in answering the real export."""
 
 import base64
-import gzip
 import json
 import os
 import subprocess
@@ -12,6 +11,7 @@ import textwrap
 import numpy as np
 import pytest
 import tensorflow as tf
+from multi30k_files import read_lines
 
 from keras_transformer import Transformer
 from keras_transformer.export import SIGNATURES, export_translator, next_version
@@ -26,10 +26,9 @@ SENTENCES = ["Ein Hund läuft über die Wiese.", "Zwei Männer spielen Fußball.
 
 @pytest.fixture(scope="module")
 def translator(multi30k_dir):
-    lines = []
-    for lang in ("de", "en"):
-        with gzip.open(os.path.join(multi30k_dir, f"train.{lang}.gz"), "rt") as f:
-            lines += [next(f).strip() for _ in range(1500)]
+    lines = read_lines("train.de.gz", 1500, multi30k_dir) + read_lines(
+        "train.en.gz", 1500, multi30k_dir
+    )
     tokenizer = train_sentencepiece(lines, vocab_size=400, seed=0)
     model = Transformer.from_preset(
         "tiny", tokenizer.vocab_size, tokenizer.vocab_size, max_length=32
@@ -234,5 +233,5 @@ def test_cli_export_from_a_run_dir(translator, tmp_path):
     translator.source_tokenizer.save(paths.source_tokenizer)
     translator.target_tokenizer.save(paths.target_tokenizer)
     base = str(tmp_path / "exports")
-    assert main(["export", "--run-dir", paths.root, "--base-path", base, "--beam-size", "1"]) == 0
+    assert main(["export", paths.root, "--base-path", base, "--beam-size", "1"]) == 0
     assert os.listdir(os.path.join(base, "transformer")) == ["1"]

@@ -1,6 +1,5 @@
 """Tests of `keras_transformer.tokenization` (SentencePiece in the TensorFlow graph)."""
 
-import gzip
 import io
 import json
 import os
@@ -13,6 +12,7 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 import tensorflow as tf
+from multi30k_files import read_lines as _lines
 
 from keras_transformer.tokenization import (
     BOS_ID,
@@ -24,16 +24,6 @@ from keras_transformer.tokenization import (
     train_sentencepiece,
     train_tokenizers,
 )
-
-MULTI30K = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "multi30k")
-
-
-def _lines(name, limit=None):
-    with gzip.open(os.path.join(MULTI30K, name), "rt", encoding="utf-8") as f:
-        lines = f.read().split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return lines[:limit]
 
 
 def _nmt_nfkc(text):

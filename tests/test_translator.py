@@ -1,6 +1,5 @@
 """`Translator`, the translate/evaluate commands and attention extraction."""
 
-import gzip
 import json
 import os
 
@@ -8,6 +7,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from multi30k_files import read_lines
 
 from keras_transformer import Transformer, cli
 from keras_transformer.decoding import EOS_ID
@@ -25,16 +25,11 @@ GERMAN = [
 ]
 
 
-def _lines(directory, name, limit):
-    with gzip.open(os.path.join(directory, name), "rt", encoding="utf-8") as f:
-        return [next(f).rstrip("\n") for _ in range(limit)]
-
-
 @pytest.fixture(scope="module")
 def tokenizer(request):
     """A small shared SentencePiece model trained on the first Multi30k sentences."""
     directory = request.getfixturevalue("multi30k_dir")
-    texts = _lines(directory, "train.de.gz", 400) + _lines(directory, "train.en.gz", 400)
+    texts = read_lines("train.de.gz", 400, directory) + read_lines("train.en.gz", 400, directory)
     return train_sentencepiece(texts, vocab_size=300, byte_fallback=False, seed=0)
 
 
@@ -175,7 +170,7 @@ def test_commands_translate_and_evaluate(tmp_path, tokenizer, tiny_model, multi3
     assert cli.main(["evaluate", run_dir, *arguments]) == 0
     assert "\nchrF2|nrefs:1|" in capsys.readouterr().out  # after TFDS's own messages
     assert hypotheses.read_text(encoding="utf-8").splitlines() == translator.translate(
-        _lines(multi30k_dir, "test_2016_flickr.de.gz", 4)
+        read_lines("test_2016_flickr.de.gz", 4, multi30k_dir)
     )
 
 

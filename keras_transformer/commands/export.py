@@ -7,7 +7,7 @@ import sys
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--run-dir", required=True, help="the training run directory")
+    parser.add_argument("run_dir", help="the training run directory")
     parser.add_argument(
         "--base-path", required=True, help="exports land in BASE_PATH/MODEL_NAME/VERSION"
     )

@@ -360,6 +360,7 @@ def train(
         validation_steps=t.validation_steps,
         callbacks=callbacks,
         verbose=t.verbose,
+        shuffle=False,  # make_batches already shuffles; Keras ignores (and warns) for datasets
     )
     if chief:
         model.to_transformer().save(paths.model)
