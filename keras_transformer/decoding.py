@@ -195,8 +195,9 @@ def _prepare(model, source_ids, num_steps, repeat: int = 1):
     cache, cross_cache = model.init_decoding_cache(encoder_output, num_steps)
     if repeat > 1:
         source_mask = tf.repeat(source_mask, repeat, axis=0)  # (B*K, S)
-        cache = tf.repeat(cache, repeat, axis=0)  # (B*K, N, 2, T, H, Dh)
-        cross_cache = tf.repeat(cross_cache, repeat, axis=0)  # (B*K, N, 2, S, H, Dh)
+        cache, cross_cache = tf.nest.map_structure(
+            lambda c: tf.repeat(c, repeat, axis=0), (cache, cross_cache)
+        )  # N x (B*K, 2, T, H, Dh), N x (B*K, 2, S, H, Dh)
     return source_mask, cache, cross_cache
 
 
@@ -277,7 +278,7 @@ def _token_search(
     initial = (
         tf.constant(0, tf.int32),
         _initial_sequences(batch_size, num_steps, bos_id, pad_id),  # (B, 1 + T)
-        cache,  # (B, N, 2, T, H, Dh)
+        cache,  # N x (B, 2, T, H, Dh)
         max_lengths <= 0,  # (B,)
         tf.zeros([batch_size], tf.float32),
         tf.zeros([batch_size], tf.int32),
@@ -492,7 +493,8 @@ def beam_search(
         alive_log_probs, selected = tf.math.top_k(alive_candidates, k=k)  # (B, K)
         alive_seq = tf.gather(top_seq, selected, batch_dims=1)  # (B, K, 1 + T)
         alive_parents = tf.gather(parents, selected, batch_dims=1)  # (B, K)
-        cache = tf.gather(cache, tf.reshape(batch_offsets + alive_parents, [-1]), axis=0)
+        parent_rows = tf.reshape(batch_offsets + alive_parents, [-1])  # (B*K,)
+        cache = tf.nest.map_structure(lambda c: tf.gather(c, parent_rows, axis=0), cache)
 
         # Finished: the extensions that end and rank among the K best.
         rank_ok = tf.range(2 * k)[None, :] < k  # (1, 2K)
@@ -516,7 +518,7 @@ def beam_search(
         tf.constant(0, tf.int32),
         initial_seq,
         initial_log_probs,
-        cache,  # (B*K, N, 2, T, H, Dh)
+        cache,  # N x (B*K, 2, T, H, Dh)
         initial_seq,
         tf.fill([batch_size, k], _NEG_INF),
     )

@@ -41,11 +41,12 @@ class Decoder(StackBase):
         encoder_output: (B, S, d_model); may be `None` with `cross_attention_cache`.
         padding_mask: optional bool (B, T); defaults to `token_ids != pad_id`.
         encoder_padding_mask: optional bool (B, S), True at real source tokens.
-        cache: optional (B, N, 2, T_max, H, D) self-attention cache (`init_cache`); then
-            `cache_update_index` is the position of `token_ids[:, 0]`.
+        cache: optional self-attention cache (`init_cache`): a tuple of N per-layer
+            (B, 2, T_max, H, D) tensors; then `cache_update_index` is the position of
+            `token_ids[:, 0]`.
         cache_update_index: int or scalar tensor.
-        cross_attention_cache: optional (B, N, 2, S, H, D) precomputed encoder keys/values
-            (`compute_cross_attention_cache`).
+        cross_attention_cache: optional precomputed encoder keys/values
+            (`compute_cross_attention_cache`): a tuple of N (B, 2, S, H, D) tensors.
         return_attention_scores: also return `{"self_attention": [...],
             "cross_attention": [...]}`, per-layer weights (B, H, T, T) and (B, H, T, S).
         training: whether dropout is active.
@@ -90,6 +91,12 @@ class Decoder(StackBase):
                 "Received `cache` without `cache_update_index`; pass the position of the "
                 "first token of `token_ids`."
             )
+        for name, value in (("cache", cache), ("cross_attention_cache", cross_attention_cache)):
+            if value is not None and len(value) != self.num_layers:
+                raise ValueError(
+                    f"Received an invalid value for argument `{name}`, expected a tuple of "
+                    f"{self.num_layers} per-layer tensors. Received: {len(value)} entries"
+                )
         if padding_mask is None and cache is None:
             padding_mask = masks.padding_mask(token_ids, self.pad_id)  # (B, T)
         start_index = 0 if cache is None else cache_update_index
@@ -101,10 +108,10 @@ class Decoder(StackBase):
                 encoder_output,
                 decoder_padding_mask=padding_mask,
                 encoder_padding_mask=encoder_padding_mask,
-                self_attention_cache=None if cache is None else cache[:, i, ...],
+                self_attention_cache=None if cache is None else cache[i],
                 self_attention_cache_update_index=cache_update_index,
                 cross_attention_cache=(
-                    None if cross_attention_cache is None else cross_attention_cache[:, i, ...]
+                    None if cross_attention_cache is None else cross_attention_cache[i]
                 ),
                 return_attention_scores=True,
                 training=training,
@@ -121,25 +128,24 @@ class Decoder(StackBase):
         if return_attention_scores:
             results += ({"self_attention": self_weights, "cross_attention": cross_weights},)
         if cache is not None:
-            results += (ops.stack(new_caches, axis=1),)  # (B, N, 2, T_max, H, D)
+            # Per-layer tensors, not one stacked tensor: stacking would copy every layer's
+            # cache at every decoding step.
+            results += (tuple(new_caches),)  # N x (B, 2, T_max, H, D)
         return results[0] if len(results) == 1 else results
 
     def logits(self, hidden):
         """Projects hidden states (B, T, d_model) to float32 logits (B, T, V)."""
         return ops.cast(self.embedding.reverse(hidden), "float32")
 
-    def init_cache(self, batch_size, max_length: int):
-        """A zero self-attention cache (B, N, 2, T_max, H, D) in the compute dtype."""
+    def init_cache(self, batch_size, max_length: int) -> tuple:
+        """A zero self-attention cache: N per-layer (B, 2, T_max, H, D) tensors."""
         head_dim = self.d_model // self.num_heads
-        shape = (batch_size, self.num_layers, 2, max_length, self.num_heads, head_dim)
-        return ops.zeros(shape, dtype=self.compute_dtype)
+        shape = (batch_size, 2, max_length, self.num_heads, head_dim)
+        return tuple(ops.zeros(shape, dtype=self.compute_dtype) for _ in self.layers_)
 
-    def compute_cross_attention_cache(self, encoder_output):
-        """Projects the encoder output once for all decoding steps: (B, N, 2, S, H, D)."""
-        return ops.stack(
-            [layer.cross_attention.compute_cache(encoder_output) for layer in self.layers_],
-            axis=1,
-        )
+    def compute_cross_attention_cache(self, encoder_output) -> tuple:
+        """Projects the encoder output once for all decoding steps: N x (B, 2, S, H, D)."""
+        return tuple(layer.cross_attention.compute_cache(encoder_output) for layer in self.layers_)
 
     def compute_output_shape(self, token_ids_shape, encoder_output_shape=None):
         return (*token_ids_shape, self.d_model)

@@ -231,8 +231,9 @@ class Transformer(keras.Model):
         """Caches for decoding up to `max_length` target tokens.
 
         Returns:
-            `(self_attention_cache, cross_attention_cache)`: zeros (B, N, 2, T_max, H, D)
-            and the projected encoder keys/values (B, N, 2, S, H, D).
+            `(self_attention_cache, cross_attention_cache)`: tuples of N per-layer tensors,
+            zeros (B, 2, T_max, H, D) and the projected encoder keys/values (B, 2, S, H, D).
+            Both are nests that `tf.nest.map_structure` can reorder (beam search).
         """
         batch_size = keras.ops.shape(encoder_output)[0]
         return (
@@ -249,8 +250,8 @@ class Transformer(keras.Model):
             token_ids: int (B, T_new), the tokens at positions
                 `cache_update_index .. cache_update_index + T_new - 1`.
             source_padding_mask: bool (B, S).
-            cache: self-attention cache (B, N, 2, T_max, H, D).
-            cross_attention_cache: (B, N, 2, S, H, D).
+            cache: self-attention cache, N x (B, 2, T_max, H, D).
+            cross_attention_cache: N x (B, 2, S, H, D).
             cache_update_index: int or scalar int tensor.
 
         Returns:
