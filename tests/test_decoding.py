@@ -21,17 +21,7 @@ PAD = 0
 
 
 def make_model(vocab_size=VOCAB, **overrides):
-    arguments = {
-        "num_encoder_layers": 2,
-        "num_decoder_layers": 2,
-        "d_model": 32,
-        "num_heads": 4,
-        "d_ff": 64,
-        "dropout": 0.0,
-        "max_length": 64,
-    }
-    arguments.update(overrides)
-    model = Transformer(vocab_size, vocab_size, **arguments)
+    model = Transformer.from_preset("tiny", vocab_size, vocab_size, **overrides)
     model((np.ones((1, 3), "int32"), np.ones((1, 2), "int32")))
     return model
 
