@@ -880,7 +880,8 @@ class BatchScheduler:
         task.done.wait()
         if task.error is not None:
             raise task.error
-        assert task.result is not None  # noqa: S101
+        if task.result is None:
+            raise ServingStatusError(500, "The batched session run returned no result")
         return task.result
 
     def _take_batch(self) -> list[_Task] | None:
