@@ -790,12 +790,9 @@ class BatchDecoder:
         if batch_size == 0:
             k = self.num_hypotheses
             return DecodeOutput(np.zeros((0, k, 0), np.int32), np.zeros((0, k), np.float32))
-        lengths = (source_ids != pad_id).sum(axis=1)  # (B,)
-        max_lengths = np.minimum(
-            np.floor(self.max_length_a * lengths).astype(np.int64) + self.max_length_b,
-            self.max_length,
-        )
-        max_lengths = np.maximum(max_lengths, 1).astype(np.int32)  # (B,)
+        max_lengths = max_decode_lengths(
+            source_ids, pad_id, self.max_length, self.max_length_a, self.max_length_b
+        ).numpy()  # (B,)
         key = self.shapes_for(batch_size, max(source_length, 1), int(max_lengths.max()))
         padded_batch, padded_source, num_steps = key
         source = np.full((padded_batch, padded_source), pad_id, np.int32)
