@@ -313,7 +313,10 @@ def reverse_model():
     """A small Transformer trained (masked sparse CE, Adam) to reverse sequences."""
     keras.utils.set_random_seed(0)
     model = make_model(vocab_size=TASK_VOCAB, d_model=64, d_ff=128, max_length=32)
-    optimizer = keras.optimizers.Adam(2e-3)
+    # Warm-up then cosine decay: a constant 2e-3 ended near loss 0.1 and 87% exact matches
+    # on some CPUs; this schedule ends near 0.002 and 100%.
+    schedule = keras.optimizers.schedules.CosineDecay(0.0, 800, warmup_target=2e-3, warmup_steps=80)
+    optimizer = keras.optimizers.Adam(schedule)
 
     @tf.function(jit_compile=True)
     def train_step(source, target):
@@ -329,7 +332,7 @@ def reverse_model():
 
     for step in range(800):
         loss = train_step(*reverse_batch(64, seed=1000 + step))
-    assert float(loss) < 0.1
+    assert float(loss) < 0.02
     return model, reverse_batch
 
 

@@ -95,6 +95,42 @@ def test_graph_uses_only_ops_tf_serving_ships(exported):
     assert ops <= load_allowed_ops()
 
 
+def test_graph_needs_no_xla(exported):
+    """Every function of the served graph: no Xla* op, nothing marked for XLA compilation."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    saved_model = saved_model_pb2.SavedModel()
+    with open(os.path.join(exported[1], "saved_model.pb"), "rb") as f:
+        saved_model.ParseFromString(f.read())
+    (meta_graph_def,) = saved_model.meta_graphs
+    library = meta_graph_def.graph_def.library
+    assert any("while_body" in fn.signature.name for fn in library.function)  # decoding loop
+    op_types = {node.op for fn in library.function for node in fn.node_def}
+    op_types |= {node.op for node in meta_graph_def.graph_def.node}
+    assert "TensorScatterUpdate" in op_types  # the cache write
+    assert not {op for op in op_types if op.startswith(("Xla", "_Xla"))}
+    for fn in library.function:
+        assert not fn.attr["_XlaMustCompile"].b, fn.signature.name
+        for node in fn.node_def:
+            assert not node.attr["_XlaMustCompile"].b, (fn.signature.name, node.name)
+
+
+def test_export_refuses_a_cache_written_with_xla_ops(translator, tmp_path, monkeypatch):
+    """The decoding loop with `keras.ops.slice_update` (XlaDynamicUpdateSlice) is refused."""
+    import keras
+
+    from keras_transformer.layers import multi_head_attention
+
+    def write_cache_with_slice_update(cache, index, key, value):
+        new = keras.ops.cast(keras.ops.stack([key, value], axis=1), cache.dtype)
+        return keras.ops.slice_update(cache, [0, 0, index, 0, 0], new)
+
+    monkeypatch.setattr(multi_head_attention, "write_cache", write_cache_with_slice_update)
+    with pytest.raises(ValueError, match=r"op XlaDynamicUpdateSlice \(node '[^']*while[^']*'"):
+        export_translator(translator, str(tmp_path))
+    assert os.listdir(tmp_path / "transformer") == []
+
+
 _FRESH_PROCESS = textwrap.dedent(
     """
     import json, sys

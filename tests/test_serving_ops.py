@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
 import pytest
 import tensorflow as tf
+from xla_saved_model import save_xla_model
 
 from keras_transformer.serving import ops
 from keras_transformer.serving.toy_model import save_toy_model
@@ -18,6 +20,11 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 @pytest.fixture(scope="module")
 def toy_dir(tmp_path_factory):
     return save_toy_model(tmp_path_factory.mktemp("ops") / "toy")
+
+
+@pytest.fixture(scope="module")
+def xla_dir(tmp_path_factory):
+    return save_xla_model(tmp_path_factory.mktemp("ops") / "xla")
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +53,11 @@ def test_allow_list_contents():
         "TFText>FastSentencepieceTokenize",
     } <= allowed
     assert not {"EagerPyFunc", "PyFunc", "PyFuncStateless"} & allowed
+    # Ops whose kernels compile with XLA on first use are out, and listed apart.
+    xla = ops.load_xla_ops()
+    assert {"XlaDynamicUpdateSlice", "XlaEinsum", "XlaLaunch", "_XlaCompile"} <= xla
+    assert not xla & allowed
+    assert not any(op.startswith(("Xla", "_Xla")) for op in allowed)
     with open(os.path.join(REPO, "keras_transformer", "serving", "allowed_ops.txt")) as f:
         assert f.readline().startswith("#")
 
@@ -69,6 +81,27 @@ def test_py_function_fails_with_clear_message(py_function_dir):
     assert ops.main([py_function_dir]) == 1
 
 
+def test_xla_graph_is_refused_naming_op_and_function(xla_dir):
+    graph_def = ops._graph_defs(xla_dir)[0]
+    needs = ops.xla_requirements(graph_def)
+    assert any(line.startswith("op XlaDynamicUpdateSlice (node ") for line in needs)
+    assert any("is marked _XlaMustCompile" in line for line in needs)
+    with pytest.raises(ValueError) as e:
+        ops.check_serving_ops(xla_dir)
+    message = str(e.value)
+    # The op, the function it sits in, the function marked for XLA, and the flag.
+    assert re.search(
+        r"op XlaDynamicUpdateSlice \(node '[^']+' in function __inference_\w+\)", message
+    )
+    assert re.search(r"function __inference_update_\w+ is marked _XlaMustCompile", message)
+    assert "--xla_cpu_compilation_enabled=true" in message
+    assert ops.main([xla_dir]) == 1
+
+
+def test_toy_model_needs_no_xla(toy_dir):
+    assert ops.xla_requirements(ops._graph_defs(toy_dir)[0]) == []
+
+
 def test_tf_text_op_passes(tmp_path):
     import tensorflow_text as tf_text
 
@@ -89,10 +122,12 @@ def test_missing_saved_model(tmp_path):
 
 
 @pytest.mark.slow
-def test_allow_list_is_reproducible():
-    """Regenerating the list in a fresh interpreter gives the committed op names."""
+@pytest.mark.parametrize("xla", [False, True], ids=["allowed_ops", "xla_ops"])
+def test_op_lists_are_reproducible(xla):
+    """Regenerating each list in a fresh interpreter gives the committed op names."""
     out = subprocess.run(
-        [sys.executable, "-m", "keras_transformer.serving._allowlist_gen"],
+        [sys.executable, "-m", "keras_transformer.serving._allowlist_gen"]
+        + (["--xla"] if xla else []),
         capture_output=True,
         text=True,
         cwd=REPO,
@@ -100,4 +135,4 @@ def test_allow_list_is_reproducible():
         check=True,
     ).stdout
     fresh = {line for line in out.splitlines() if line and not line.startswith("#")}
-    assert fresh == set(ops.load_allowed_ops())
+    assert fresh == set(ops.load_xla_ops() if xla else ops.load_allowed_ops())

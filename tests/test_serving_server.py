@@ -16,9 +16,11 @@ import urllib.error
 import urllib.request
 
 import pytest
+from xla_saved_model import save_xla_model
 
 from keras_transformer.serving.server import (
     BatchingParameters,
+    build_arg_parser,
     parse_model_config,
     start_server,
 )
@@ -327,6 +329,41 @@ def test_new_version_is_picked_up_and_incomplete_dir_ignored(exports, tmp_path):
         assert [(s["version"], s["state"]) for s in status] == [("2", "AVAILABLE"), ("1", "END")]
         assert http(predict_url(srv, "/versions/1"), "POST", {"inputs": ["a"]})[0] == 404
         assert http(f"{srv.url}/v1/models/toy/metadata")[1]["model_spec"]["version"] == "2"
+
+
+def test_model_that_needs_xla_loads_only_with_the_flag(tmp_path):
+    """TF Serving's rule: no XLA compilation unless --xla_cpu_compilation_enabled=true."""
+    base = tmp_path / "xla"
+    save_xla_model(base / "1")
+    with start_server(base, "xla", port=0, poll_interval=0) as srv:
+        status, body = http(f"{srv.url}/v1/models/xla")
+        assert status == 200
+        (version,) = body["model_version_status"]
+        assert version["version"] == "1" and version["state"] == "END"
+        assert version["status"]["error_code"] == "INTERNAL"
+        message = version["status"]["error_message"]
+        assert message.startswith("XLA compilation disabled")
+        assert "op XlaDynamicUpdateSlice" in message and "_XlaMustCompile" in message
+        assert "--xla_cpu_compilation_enabled=true" in message
+        status, body = http(f"{srv.url}/v1/models/xla:predict", "POST", {"instances": [5.0]})
+        assert status == 404 and "Servable not found" in body["error"]
+    with start_server(base, "xla", port=0, poll_interval=0, xla_compilation_enabled=True) as srv:
+        body = {"instances": [5.0, 5.0, 5.0, 5.0]}
+        status, reply = http(f"{srv.url}/v1/models/xla:predict", "POST", body)
+        assert status == 200 and reply == {"predictions": [5.0, 1.0, 1.0, 5.0]}
+
+
+@pytest.mark.parametrize(
+    "flag, expected",
+    [
+        ([], False),
+        (["--xla_cpu_compilation_enabled"], True),
+        (["--xla_cpu_compilation_enabled=true"], True),
+        (["--xla_cpu_compilation_enabled=false"], False),
+    ],
+)
+def test_xla_flag_parses_like_tf_serving(flag, expected):
+    assert build_arg_parser().parse_args(flag).xla_cpu_compilation_enabled is expected
 
 
 def test_model_config_file_with_labels(exports, tmp_path):

@@ -1,9 +1,11 @@
-"""Regenerate ``allowed_ops.txt``: the ops a stock TF Serving model server can run.
+"""Regenerate ``allowed_ops.txt`` (the ops a stock TF Serving model server runs) and
+``xla_ops.txt`` (the ops it refuses to run because they need XLA compilation).
 
 Run in a fresh interpreter (it must import TensorFlow *without* tensorflow_text, so that the
 core registry is not polluted by tf-text's ops)::
 
     python -m keras_transformer.serving._allowlist_gen > keras_transformer/serving/allowed_ops.txt
+    python -m keras_transformer.serving._allowlist_gen --xla > keras_transformer/serving/xla_ops.txt
 
 How the list is derived:
 
@@ -20,12 +22,27 @@ How the list is derived:
    those is loaded with ``tf.load_op_library`` and the ops it adds to the registry are recorded.
    ``sentencepiece_mobile_tokenizer_cc`` has no ``.so`` in the wheel; its two ops are taken
    from ``tensorflow_text/core/ops/sentencepiece_mobile_ops.cc``.
+3. XLA ops are left out of the allow-list and listed in ``xla_ops.txt``: the ops of the XLA
+   op libraries (tf2xla's ``tensorflow/compiler/tf2xla/ops/xla_ops.cc`` and the JIT's
+   ``tensorflow/compiler/jit/ops/xla_ops.cc``, read from their generated Python wrappers),
+   plus the JIT's hidden ops (``_Xla*``: ``_XlaCompile``, ``_XlaRun``, ``_XlaMerge``, which
+   have no wrapper), each kept when it has a CPU/GPU kernel. Those kernels are
+   ``XlaCompileOnDemandOp`` (``tensorflow/compiler/jit/xla_ops_on_regular_devices.cc``) or
+   the XLA launch kernels (``tensorflow/compiler/jit/kernels/xla_ops.cc``): both compile
+   with XLA when they first run. ``tensorflow_model_server`` calls
+   ``tensorflow::DisableXlaCompilation()`` unless it is started with
+   ``--xla_cpu_compilation_enabled=true`` (``tensorflow_serving/model_servers/main.cc``),
+   after which that compilation fails with ``INTERNAL: XLA compilation disabled``
+   (tensorflow/serving#2217).
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
+import inspect
 import os
+import re
 import sys
 
 # The ``*_cc`` deps of tensorflow_text:ops_lib and the wheel file each is built into.
@@ -64,6 +81,13 @@ PYTHON_ONLY_OPS = frozenset({"EagerPyFunc", "PyFunc", "PyFuncStateless", "TestAt
 
 _KERNEL_DEVICES = frozenset({"CPU", "GPU", "DEFAULT"})
 
+# The generated Python wrappers of the XLA op libraries (see the module docstring).
+XLA_OP_MODULES = (
+    "tensorflow.compiler.tf2xla.ops.gen_xla_ops",
+    "tensorflow.compiler.jit.ops.xla_ops",
+)
+_HIDDEN_JIT_OP_PREFIX = "_Xla"
+
 
 def _registered_ops() -> set[str]:
     from tensorflow.core.framework import op_def_pb2
@@ -74,19 +98,40 @@ def _registered_ops() -> set[str]:
     return {op.name for op in op_list.op}
 
 
+def _kernel_devices(name: str) -> set[str]:
+    from tensorflow.python.framework import kernels
+
+    return {k.device_type for k in kernels.get_registered_kernels_for_op(name).kernel}
+
+
+def xla_ops() -> list[str]:
+    """Registered ops that need XLA compilation to run (see the module docstring)."""
+    import tensorflow  # noqa: F401
+
+    registered = _registered_ops()
+    found = set()
+    for module_name in XLA_OP_MODULES:
+        source = inspect.getsource(importlib.import_module(module_name))
+        names = set(re.findall(r'_apply_op_helper\(\s*"(\w+)"', source))
+        if not names or not names <= registered:
+            raise RuntimeError(f"Could not read the op names of {module_name}")
+        found |= names
+    found |= {name for name in registered if name.startswith(_HIDDEN_JIT_OP_PREFIX)}
+    return sorted(name for name in found if _kernel_devices(name) & _KERNEL_DEVICES)
+
+
 def tf_core_ops() -> list[str]:
-    """Core TF ops with a CPU/GPU kernel, minus Python-only ones (import TF only first)."""
+    """Core TF ops with a CPU/GPU kernel, minus Python-only and XLA ones (import TF only)."""
     if "tensorflow_text" in sys.modules:
         raise RuntimeError("tensorflow_text is imported; run this in a fresh interpreter")
     import tensorflow  # noqa: F401
-    from tensorflow.python.framework import kernels
 
-    keep = []
-    for name in sorted(_registered_ops()):
-        devices = {k.device_type for k in kernels.get_registered_kernels_for_op(name).kernel}
-        if devices & _KERNEL_DEVICES and name not in PYTHON_ONLY_OPS:
-            keep.append(name)
-    return keep
+    excluded = PYTHON_ONLY_OPS | set(xla_ops())
+    return [
+        name
+        for name in sorted(_registered_ops())
+        if _kernel_devices(name) & _KERNEL_DEVICES and name not in excluded
+    ]
 
 
 def tf_text_ops() -> dict[str, list[str]]:
@@ -127,7 +172,8 @@ def render() -> str:
         "#    only; C API TF_GetAllOpList) that have a CPU/GPU/DEFAULT kernel registered, minus",
         "#    " + ", ".join(sorted(PYTHON_ONLY_OPS)) + " (kernels only in the",
         "#    Python runtime, tensorflow/python/lib/core/py_func.cc, or a test op; the C++",
-        "#    model server does not link them).",
+        "#    model server does not link them), minus the ops that need XLA compilation",
+        "#    (xla_ops.txt beside this file, which says why).",
         "#  * tf-text: TF Serving links @org_tensorflow_text//tensorflow_text:ops_lib",
         "#    (SUPPORTED_TENSORFLOW_OPS in tensorflow_serving/model_servers/BUILD). The ops of",
         "#    each ops_lib dep (tensorflow_text/BUILD) were read by loading its _*.so from the",
@@ -151,8 +197,31 @@ def render() -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
-    sys.stdout.write(render())
+def render_xla() -> str:
+    import tensorflow as tf
+
+    names = xla_ops()
+    lines = [
+        "# Ops that need XLA compilation: a stock TensorFlow Serving model server refuses them.",
+        "# Generated by: python -m keras_transformer.serving._allowlist_gen --xla",
+        f"# Source: tensorflow {tf.__version__}: the ops of the XLA op libraries (their",
+        "#   generated wrappers " + ", ".join(XLA_OP_MODULES) + ")",
+        "#   and the JIT's hidden _Xla* ops, each with a CPU/GPU kernel registered.",
+        "# Why: their CPU/GPU kernels (XlaCompileOnDemandOp,",
+        "#   tensorflow/compiler/jit/xla_ops_on_regular_devices.cc, and the XLA launch kernels)",
+        "#   compile with XLA on first use; tensorflow_model_server disables XLA compilation",
+        "#   unless started with --xla_cpu_compilation_enabled=true",
+        "#   (tensorflow_serving/model_servers/main.cc), so the first request fails with",
+        '#   "INTERNAL: XLA compilation disabled" (tensorflow/serving#2217).',
+        "",
+        *names,
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    sys.stdout.write(render_xla() if "--xla" in argv else render())
 
 
 if __name__ == "__main__":

@@ -1,10 +1,18 @@
-"""Check that every op in an exported SavedModel is one TF Serving's model server ships.
+"""Check that an exported SavedModel runs on a stock TF Serving model server.
 
-The allow-list (``allowed_ops.txt`` beside this module) holds TF core ops plus the ops of
-tensorflow-text's ``ops_lib`` target, which TF Serving links; its header says how it was
-derived. A graph with any other op (``tf.py_function``'s ``EagerPyFunc``, a custom op from
-another library, ...) loads in Python but fails in ``tensorflow_model_server`` with
-"Op type not registered".
+Two rules, both read from ``saved_model.pb`` (function library included):
+
+- every op is on the allow-list (``allowed_ops.txt`` beside this module): TF core ops plus
+  the ops of tensorflow-text's ``ops_lib`` target, which TF Serving links; its header says
+  how it was derived. A graph with any other op (``tf.py_function``'s ``EagerPyFunc``, a
+  custom op from another library, ...) loads in Python but fails in
+  ``tensorflow_model_server`` with "Op type not registered";
+- nothing needs XLA compilation: no op of ``xla_ops.txt`` (``XlaDynamicUpdateSlice``, ...,
+  whose kernels compile with XLA on first use) and no function or node marked for XLA
+  compilation (``_XlaMustCompile``/``_XlaCompile``, as ``tf.function(jit_compile=True)``
+  writes). ``tensorflow_model_server`` disables XLA compilation unless started with
+  ``--xla_cpu_compilation_enabled=true``; such a model loads, then fails its first request
+  with "INTERNAL: XLA compilation disabled" (tensorflow/serving#2217).
 
 Usage::
 
@@ -20,6 +28,11 @@ from collections.abc import Iterable, Sequence
 from importlib import resources
 
 ALLOWED_OPS_FILE = "allowed_ops.txt"
+XLA_OPS_FILE = "xla_ops.txt"
+# Attributes with which TF marks a function (or a call node) for XLA compilation.
+XLA_COMPILE_ATTRS = ("_XlaMustCompile", "_XlaCompile")
+# The flag of tensorflow_model_server that turns XLA compilation back on.
+XLA_FLAG = "--xla_cpu_compilation_enabled=true"
 
 _HINTS = {
     "EagerPyFunc": "tf.py_function runs Python code, which the C++ model server does not have",
@@ -28,16 +41,25 @@ _HINTS = {
 }
 
 
-def load_allowed_ops(path: str | os.PathLike[str] | None = None) -> frozenset[str]:
-    """The allow-list: one op name per line; ``#`` comments and blank lines are skipped."""
+def _load_op_list(path: str | os.PathLike[str] | None, packaged: str) -> frozenset[str]:
     if path is None:
-        text = resources.files(__package__).joinpath(ALLOWED_OPS_FILE).read_text("utf-8")
+        text = resources.files(__package__).joinpath(packaged).read_text("utf-8")
     else:
         with open(path, encoding="utf-8") as f:
             text = f.read()
     return frozenset(
         line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")
     )
+
+
+def load_allowed_ops(path: str | os.PathLike[str] | None = None) -> frozenset[str]:
+    """The allow-list: one op name per line; ``#`` comments and blank lines are skipped."""
+    return _load_op_list(path, ALLOWED_OPS_FILE)
+
+
+def load_xla_ops() -> frozenset[str]:
+    """The ops that need XLA compilation (``xla_ops.txt``, generated beside the allow-list)."""
+    return _load_op_list(None, XLA_OPS_FILE)
 
 
 def _read_saved_model(saved_model_dir: str | os.PathLike[str]):
@@ -52,23 +74,60 @@ def _read_saved_model(saved_model_dir: str | os.PathLike[str]):
     return saved_model
 
 
+def _nodes(graph_def):
+    """Every node of the graph and of its function library, as `(where, node)`."""
+    for node in graph_def.node:
+        yield "the main graph", node
+    for fn in graph_def.library.function:
+        for node in fn.node_def:
+            yield f"function {fn.signature.name}", node
+
+
 def _graph_def_ops(graph_def) -> set[str]:
     functions = {fn.signature.name for fn in graph_def.library.function}
-    ops = {node.op for node in graph_def.node}
-    for fn in graph_def.library.function:
-        ops.update(node.op for node in fn.node_def)
     # A node may call a library function directly by name; that is not an op type.
-    return ops - functions
+    return {node.op for _, node in _nodes(graph_def)} - functions
 
 
-def graph_ops(
-    saved_model_dir: str | os.PathLike[str], tags: Iterable[str] = ("serve",)
-) -> set[str]:
-    """All op types in the SavedModel's MetaGraphDef(s) tagged ``tags``, function library included.
+def _op_locations(graph_def, op_names: set[str]) -> dict[str, str]:
+    """For each op of `op_names`, where its first node is: "node N in function F"."""
+    found: dict[str, str] = {}
+    for where, node in _nodes(graph_def):
+        if node.op in op_names and node.op not in found:
+            found[node.op] = f"node {node.name!r} in {where}"
+    return found
 
-    Reads ``saved_model.pb`` directly (nothing is loaded or run). With ``tags`` empty, every
-    MetaGraphDef is scanned.
+
+def xla_requirements(graph_def, xla_ops: Iterable[str] | None = None) -> list[str]:
+    """What in `graph_def` needs XLA compilation, one line each (empty when nothing does).
+
+    Args:
+        graph_def: a `GraphDef` (a MetaGraphDef's `graph_def`), function library included.
+        xla_ops: the op names that need XLA; defaults to the packaged `xla_ops.txt`.
+
+    Returns:
+        Lines such as "op XlaDynamicUpdateSlice (node 'while/...' in function
+        __inference_while_body_42)" and "function __inference_f_8 is marked _XlaMustCompile".
     """
+    xla_set = frozenset(xla_ops) if xla_ops is not None else load_xla_ops()
+    lines = [
+        f"op {op} ({where})"
+        for op, where in sorted(
+            _op_locations(graph_def, _graph_def_ops(graph_def) & xla_set).items()
+        )
+    ]
+    for fn in graph_def.library.function:
+        for attr in XLA_COMPILE_ATTRS:
+            if attr in fn.attr and fn.attr[attr].b:
+                lines.append(f"function {fn.signature.name} is marked {attr}")
+    for where, node in _nodes(graph_def):
+        for attr in XLA_COMPILE_ATTRS:
+            if attr in node.attr and node.attr[attr].b:
+                lines.append(f"node {node.name!r} in {where} is marked {attr}")
+    return lines
+
+
+def _graph_defs(saved_model_dir: str | os.PathLike[str], tags: Iterable[str] = ("serve",)):
     saved_model = _read_saved_model(saved_model_dir)
     wanted = set(tags)
     metas = [
@@ -80,36 +139,51 @@ def graph_ops(
         raise ValueError(
             f"No MetaGraphDef with tags {sorted(wanted)} in {os.fspath(saved_model_dir)!r}"
         )
-    ops: set[str] = set()
-    for meta in metas:
-        ops |= _graph_def_ops(meta.graph_def)
-    return ops
+    return [meta.graph_def for meta in metas]
 
 
-def disallowed_ops(
-    saved_model_dir: str | os.PathLike[str], allowed: Iterable[str] | None = None
+def graph_ops(
+    saved_model_dir: str | os.PathLike[str], tags: Iterable[str] = ("serve",)
 ) -> set[str]:
-    """The ops of ``graph_ops(saved_model_dir)`` that are not in the allow-list."""
-    allowed_set = frozenset(allowed) if allowed is not None else load_allowed_ops()
-    return graph_ops(saved_model_dir) - allowed_set
+    """All op types in the SavedModel's MetaGraphDef(s) tagged ``tags``, function library included.
+
+    Reads ``saved_model.pb`` directly (nothing is loaded or run). With ``tags`` empty, every
+    MetaGraphDef is scanned.
+    """
+    ops: set[str] = set()
+    for graph_def in _graph_defs(saved_model_dir, tags):
+        ops |= _graph_def_ops(graph_def)
+    return ops
 
 
 def check_serving_ops(
     saved_model_dir: str | os.PathLike[str], allowed: Iterable[str] | None = None
 ) -> None:
-    """Raise ``ValueError`` naming every op TF Serving's model server would not have."""
-    bad = disallowed_ops(saved_model_dir, allowed)
-    if not bad:
+    """Raise ``ValueError`` naming everything a stock TF Serving model server would refuse.
+
+    That is every op outside the allow-list and everything that needs XLA compilation
+    (`xla_requirements`), each with the node or function it was found in.
+    """
+    allowed_set = frozenset(allowed) if allowed is not None else load_allowed_ops()
+    xla_set = load_xla_ops()
+    path = os.fspath(saved_model_dir)
+    problems = []
+    for graph_def in _graph_defs(saved_model_dir):
+        for line in xla_requirements(graph_def, xla_set):
+            problems.append(f"  {line}: needs XLA compilation")
+        bad = _graph_def_ops(graph_def) - allowed_set - xla_set
+        for op, where in sorted(_op_locations(graph_def, bad).items()):
+            hint = _HINTS.get(op, "not in TF core + tensorflow-text ops_lib")
+            problems.append(f"  op {op} ({where}): {hint}")
+    if not problems:
         return
-    details = []
-    for op in sorted(bad):
-        hint = _HINTS.get(op)
-        details.append(f"  {op}" + (f" ({hint})" if hint else ""))
     raise ValueError(
-        f"The SavedModel at {os.fspath(saved_model_dir)!r} uses {len(bad)} op(s) that TF "
-        "Serving's model server does not ship (TF core + tensorflow-text ops_lib):\n"
-        + "\n".join(details)
-        + "\nRewrite those parts with TF / tf-text ops before exporting."
+        f"The SavedModel at {path!r} cannot run on a stock TF Serving model server:\n"
+        + "\n".join(problems)
+        + "\nTF Serving ships only the ops of TF core and tensorflow-text's ops_lib, and "
+        "disables XLA compilation unless started with "
+        f"{XLA_FLAG}. Rewrite those parts with ordinary TF / tf-text ops and without "
+        "jit_compile before exporting."
     )
 
 

@@ -17,7 +17,13 @@ deployment can be developed and tested where the real server cannot be installed
 * errors as ``{"error": "..."}`` with TF Serving's status-code mapping, and TF Serving's
   messages where known;
 * optional dynamic batching of concurrent requests (``--enable_batching``,
-  ``--batching_parameters_file`` in TF Serving's ``batching.config`` text format).
+  ``--batching_parameters_file`` in TF Serving's ``batching.config`` text format);
+* TF Serving's XLA rule: ``tensorflow_model_server`` disables XLA compilation unless started
+  with ``--xla_cpu_compilation_enabled=true``, so a graph that needs it (an ``Xla*`` op or a
+  function marked ``_XlaMustCompile``) fails there with "INTERNAL: XLA compilation disabled".
+  TF Serving reports such a version AVAILABLE and fails its first request; the stand-in
+  refuses to load it (state ``END``, error ``INTERNAL``, the same message naming what needs
+  XLA), so the mistake shows at load time. The same flag lifts the rule here.
 
 What it does not do: gRPC, classify/regress, Prometheus metrics, model-config reload over RPC,
 resource accounting. Differences from TF Serving that matter to a client: a string output that
@@ -52,6 +58,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import numpy as np
+
+from keras_transformer.serving.ops import XLA_FLAG, xla_requirements
 
 logger = logging.getLogger(__name__)
 
@@ -693,6 +701,7 @@ class Servable:
         intra_op_threads: int = 0,
         inter_op_threads: int = 0,
         run_timeout_ms: int = 0,
+        xla_compilation_enabled: bool = False,
     ) -> None:
         import tensorflow as tf
 
@@ -713,6 +722,19 @@ class Servable:
             with self._graph.as_default(), _silence_deprecation():
                 self.meta_graph_def = tf.compat.v1.saved_model.loader.load(
                     self._session, [SERVE_TAG], path
+                )
+            needs_xla = (
+                [] if xla_compilation_enabled else xla_requirements(self.meta_graph_def.graph_def)
+            )
+            if needs_xla:
+                raise tf.errors.InternalError(
+                    None,
+                    None,
+                    "XLA compilation disabled: this SavedModel needs XLA compilation ("
+                    + "; ".join(needs_xla[:5])
+                    + (f"; and {len(needs_xla) - 5} more" if len(needs_xla) > 5 else "")
+                    + "), which tensorflow_model_server disables unless started with "
+                    f"{XLA_FLAG}",
                 )
         except Exception:
             self._session.close()
@@ -1346,6 +1368,7 @@ class ServingServer:
         intra_op_threads: int = 0,
         inter_op_threads: int = 0,
         run_timeout_ms: int = 0,
+        xla_compilation_enabled: bool = False,
     ) -> None:
         names = [m.name for m in models]
         if not models or len(set(names)) != len(names):
@@ -1358,6 +1381,7 @@ class ServingServer:
             "intra_op_threads": intra_op_threads,
             "inter_op_threads": inter_op_threads,
             "run_timeout_ms": run_timeout_ms,
+            "xla_compilation_enabled": xla_compilation_enabled,
         }
         self._managers = {m.name: ModelManager(m, options, batching) for m in models}
         self._host = host
@@ -1554,6 +1578,7 @@ def start_server(
     intra_op_threads: int = 0,
     inter_op_threads: int = 0,
     run_timeout_ms: int = 0,
+    xla_compilation_enabled: bool = False,
 ) -> ServingServer:
     """Load the models and start serving; returns the running :class:`ServingServer`.
 
@@ -1585,6 +1610,7 @@ def start_server(
         intra_op_threads=intra_op_threads,
         inter_op_threads=inter_op_threads,
         run_timeout_ms=run_timeout_ms,
+        xla_compilation_enabled=xla_compilation_enabled,
     )
     try:
         return server.start()
@@ -1640,8 +1666,26 @@ def build_arg_parser(p: argparse.ArgumentParser | None = None) -> argparse.Argum
     )
     p.add_argument("--tensorflow_intra_op_parallelism", type=int, default=0)
     p.add_argument("--tensorflow_inter_op_parallelism", type=int, default=0)
+    p.add_argument(
+        "--xla_cpu_compilation_enabled",
+        type=_parse_bool,
+        nargs="?",
+        const=True,
+        default=False,
+        help="allow graphs that need XLA compilation (TF Serving's flag; default false)",
+    )
     p.add_argument("--log_level", default="INFO")
     return p
+
+
+def _parse_bool(value: str) -> bool:
+    """A boolean flag value as TF Serving's flag parser takes it (`true`/`false`, `1`/`0`)."""
+    lowered = value.strip().lower()
+    if lowered in ("true", "1"):
+        return True
+    if lowered in ("false", "0"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, received {value!r}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1672,6 +1716,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         intra_op_threads=args.tensorflow_intra_op_parallelism,
         inter_op_threads=args.tensorflow_inter_op_parallelism,
         run_timeout_ms=args.rest_api_timeout_in_ms,
+        xla_compilation_enabled=args.xla_cpu_compilation_enabled,
     )
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
