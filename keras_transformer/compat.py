@@ -32,3 +32,11 @@ def checked_length(length, end, max_length: int, name: str = "sequence length"):
     )
     with tf.control_dependencies([check] if check is not None else []):
         return tf.identity(length)
+
+
+def finalize_ema_values(callback) -> None:
+    """Writes the model's current weights (the EMA, once `callback` swapped them in) into
+    the optimizer's EMA slots, as Keras' `SwapEMAWeights` does at the end of the last
+    planned epoch (private in Keras 3.15: `SwapEMAWeights._finalize_ema_values`), so
+    `fit`'s final `finalize_variable_values` keeps the EMA in the model."""
+    callback._finalize_ema_values()

@@ -11,6 +11,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from keras_transformer.constants import LR_DECAYS
+
 
 @dataclass
 class ArchitectureConfig:
@@ -135,10 +137,12 @@ class DataConfig:
         tokenizer_max_sentences: sentences sampled to train a tokenizer.
         batch_size: sentences per batch (global, over all replicas).
         tokens_per_batch: batch by tokens instead (then `batch_size` must be None).
-        max_source_length: the most source ids; longer pairs are dropped.
+        max_source_length: the most source ids (EOS included); longer pairs are dropped.
         max_target_length: the most target ids (+1 for BOS/EOS).
         pad_to_bucket: pad batches to bucket lengths (fixed shapes, good for XLA).
         shuffle_buffer_size: the shuffle buffer, in examples.
+        source_eos: end every source with EOS (training and translation alike); a run
+            directory whose config lacks this key was trained without it.
     """
 
     source: str = "multi30k"
@@ -164,6 +168,7 @@ class DataConfig:
     max_target_length: int = 128
     pad_to_bucket: bool = False
     shuffle_buffer_size: int = 20_000
+    source_eos: bool = True
 
 
 @dataclass
@@ -178,6 +183,21 @@ class TrainingConfig:
         label_smoothing: label smoothing rate (0.1 in the paper).
         warmup_steps: warmup steps of the schedule (4000 in the paper).
         learning_rate_scale: factor on the paper's schedule.
+        lr_decay: after the warmup, `"inverse_sqrt"` (the paper), or `"linear"` / `"cosine"`
+            to zero at the end of the last epoch (`TransformerSchedule`).
+        max_minutes: a wall-clock budget for the whole run (data, tokenizers, training):
+            training stops at the first step boundary past it, then validates and saves as
+            after a last epoch (None: no budget).
+        average_last: the saved model is the average of the weights at the end of the last
+            N epochs (checkpoint averaging; None or 1: the last weights). The per-epoch
+            weights are kept in `checkpoints/` for `keras-transformer average`.
+        use_ema: keep an exponential moving average of the weights (Keras' optimizer
+            `use_ema`); validation and the saved model use it.
+        ema_momentum: the EMA's momentum.
+        bleu_every: score the validation split with sacreBLEU every N epochs (and after
+            the last), logging `val_bleu` and keeping the best-BLEU weights (None: off).
+        bleu_beam_size: the beam size of that scoring (1: greedy).
+        bleu_max_sentences: score only the first N validation sentences (None: all).
         beta_1, beta_2, epsilon: Adam's parameters (0.9, 0.98, 1e-9 in the paper).
         clipnorm: clip each gradient's norm (None: no clipping).
         global_clipnorm: clip the global gradient norm (None: no clipping).
@@ -202,6 +222,14 @@ class TrainingConfig:
     label_smoothing: float = 0.1
     warmup_steps: int = 4000
     learning_rate_scale: float = 1.0
+    lr_decay: str = "inverse_sqrt"
+    max_minutes: float | None = None
+    average_last: int | None = None
+    use_ema: bool = False
+    ema_momentum: float = 0.999
+    bleu_every: int | None = None
+    bleu_beam_size: int = 1
+    bleu_max_sentences: int | None = None
     beta_1: float = 0.9
     beta_2: float = 0.98
     epsilon: float = 1e-9
@@ -299,6 +327,12 @@ class ExperimentConfig:
         for key in ("steps_per_epoch", "validation_steps"):
             _check(f"training.{key}", getattr(t, key), _positive, optional=True)
         _check("training.label_smoothing", t.label_smoothing, _rate)
+        _check("training.lr_decay", t.lr_decay, LR_DECAYS)
+        _check("training.max_minutes", t.max_minutes, _positive, optional=True)
+        for key in ("average_last", "bleu_every", "bleu_max_sentences"):
+            _check(f"training.{key}", getattr(t, key), _positive, optional=True)
+        _check("training.bleu_beam_size", t.bleu_beam_size, _positive)
+        _check("training.ema_momentum", t.ema_momentum, _rate)
         _check("training.learning_rate_scale", t.learning_rate_scale, _positive)
         _check("training.epsilon", t.epsilon, _positive)
         for key in ("beta_1", "beta_2"):

@@ -188,7 +188,11 @@ def _write_export_info(export_dir: str, translator: Translator, version: int) ->
             "method": translator.method,
             "beam_size": translator.beam_size,
             "length_penalty": translator.length_penalty,
+            "max_length": translator.decoder.max_length,
+            "max_length_a": translator.decoder.max_length_a,
+            "max_length_b": translator.decoder.max_length_b,
         },
+        "source_eos": translator.source_eos,
         "model": translator.model.transformer_config().to_dict(),
     }
     extra = os.path.join(export_dir, "assets.extra")

@@ -7,6 +7,7 @@ RUN_DIR/
   tokenizers/source/spm.model  SentencePiece model of the source side
   tokenizers/target/spm.model  ... of the target side (same file content when shared)
   checkpoints/, backup/, logs/ training state (see `keras_transformer.training`)
+  bleu.jsonl                   validation BLEU against training minutes (`training.bleu_every`)
 ```
 """
 
@@ -49,6 +50,27 @@ class RunPaths:
     @property
     def logs(self) -> str:
         return os.path.join(self.root, "logs")
+
+    @property
+    def bleu_log(self) -> str:
+        """Validation BLEU against training minutes, one JSON object per line."""
+        return os.path.join(self.root, "bleu.jsonl")
+
+
+def trained_with_source_eos(root: str) -> bool:
+    """Whether the run's sources ended with EOS in training (`data.source_eos`).
+
+    Runs written before the option existed have no such key in `config.yaml` and were
+    trained without it; a folder without `config.yaml` is taken to be one of them.
+    """
+    import yaml
+
+    path = RunPaths(root).config
+    if not os.path.exists(path):
+        return False
+    with open(path, encoding="utf-8") as f:
+        config = yaml.safe_load(f) or {}
+    return bool((config.get("data") or {}).get("source_eos", False))
 
 
 def load_run(root: str):

@@ -19,6 +19,8 @@ Public API:
   iterable (or `tf.data.Dataset`) of sentences.
 - `train_tokenizers(pairs, vocab_size=8000, shared=True, ...)`: the source and target
   tokenizers of a parallel corpus, one shared model or one per language.
+- `append_eos(ids, eos_id=EOS_ID)`: each row of ragged ids followed by EOS (targets, and
+  sources when a model is trained with `source_eos`).
 - `PAD_ID`, `UNK_ID`, `BOS_ID`, `EOS_ID`, `MODEL_FILENAME` (`"spm.model"`).
 
 Example:
@@ -65,6 +67,18 @@ VOCAB_FILENAME = "spm.vocab"
 
 _MODEL_TYPES = ("unigram", "bpe")
 _NORMALIZATIONS = ("nmt_nfkc", "nfkc", "nmt_nfkc_cf", "nfkc_cf", "identity")
+
+
+def append_eos(ids: tf.RaggedTensor, eos_id: int = EOS_ID) -> tf.RaggedTensor:
+    """Appends `eos_id` to every row of ragged ids `(B, None)`; graph-friendly.
+
+    Example:
+
+    >>> append_eos(tf.ragged.constant([[5, 6], []])).to_list()
+    [[5, 6, 3], [3]]
+    """
+    column = tf.fill(tf.stack([ids.nrows(), 1]), tf.cast(eos_id, ids.dtype))  # (B, 1)
+    return tf.concat([ids, tf.RaggedTensor.from_tensor(column)], axis=1)
 
 
 class SubwordTokenizer(tf.Module):

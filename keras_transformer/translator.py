@@ -30,6 +30,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer import decoding
+from keras_transformer.tokenization import append_eos
 from keras_transformer.validation import check_positive_int
 
 logger = logging.getLogger(__name__)
@@ -90,6 +91,8 @@ class Translator:
             `beam_size > 1`, else `"greedy"`.
         jit_compile: `True`, `False` or `"auto"` (XLA with a fallback), see
             `decoding.BatchDecoder`.
+        source_eos: end every source with the source tokenizer's EOS, as the model was
+            trained (`data.source_eos`; `from_run_dir` reads it from the run).
         **decoder_kwargs: further `decoding.BatchDecoder` arguments (`early_stopping`,
             `min_length`, `temperature`, `top_k`, `top_p`, `seed`, `length_buckets`).
 
@@ -112,9 +115,11 @@ class Translator:
         batch_size: int = 64,
         method: str | None = None,
         jit_compile: bool | str = "auto",
+        source_eos: bool = True,
         **decoder_kwargs: Any,
     ):
         self.model = model
+        self.source_eos = bool(source_eos)
         self.source_tokenizer = source_tokenizer
         self.target_tokenizer = target_tokenizer
         self.batch_size = check_positive_int("batch_size", batch_size)
@@ -144,6 +149,9 @@ class Translator:
     def from_run_dir(cls, path: str, **kwargs: Any) -> Translator:
         """Loads the model and tokenizers of a run directory (`keras_transformer.run_dir`).
 
+        Sources end with EOS exactly when the run was trained that way
+        (`run_dir.trained_with_source_eos`), unless `source_eos` is passed.
+
         Args:
             path: the run directory.
             **kwargs: `Translator` arguments.
@@ -151,9 +159,10 @@ class Translator:
         Example:
         >>> translator = Translator.from_run_dir("runs/de-en", beam_size=4)  # doctest: +SKIP
         """
-        from keras_transformer.run_dir import load_run
+        from keras_transformer.run_dir import load_run, trained_with_source_eos
 
         model, source_tokenizer, target_tokenizer = load_run(path)
+        kwargs.setdefault("source_eos", trained_with_source_eos(path))
         return cls(model, source_tokenizer, target_tokenizer, **kwargs)
 
     # Settings, read by commands and exports.
@@ -170,25 +179,31 @@ class Translator:
     def length_penalty(self) -> float:
         return self.decoder.length_penalty
 
+    def _source_ids(self, strings: tf.Tensor) -> tf.RaggedTensor:
+        """Tokenized sources (N, None), cut to the model's `max_length` (EOS included)."""
+        ragged = self.source_tokenizer.tokenize(strings)  # (N, None)
+        limit = int(self.model.max_length)
+        if not self.source_eos:
+            return ragged[:, :limit]
+        return append_eos(ragged[:, : limit - 1], int(self.source_tokenizer.eos_id))
+
     def encode_sources(self, sentences: Sequence[str]) -> list[np.ndarray]:
-        """Source ids of each sentence (int32), truncated to the model's `max_length`."""
+        """Source ids of each sentence (int32, EOS last with `source_eos`), truncated to the
+        model's `max_length`."""
         if not sentences:
             return []
-        ragged = self.source_tokenizer.tokenize(tf.constant(list(sentences), tf.string))
-        limit = int(self.model.max_length)
-        ids = []
-        for i, row in enumerate(ragged.to_list()):
-            if len(row) > limit:
+        strings = tf.constant(list(sentences), tf.string)
+        limit = int(self.model.max_length) - int(self.source_eos)
+        for i, length in enumerate(self.source_tokenizer.tokenize(strings).row_lengths()):
+            if int(length) > limit:
                 logger.warning(
                     "Sentence %d has %d source tokens; keeping the first %d (the model's "
                     "max_length).",
                     i,
-                    len(row),
+                    int(length),
                     limit,
                 )
-                row = row[:limit]
-            ids.append(np.asarray(row, np.int32))
-        return ids
+        return [np.asarray(row, np.int32) for row in self._source_ids(strings).to_list()]
 
     def decode_ids(
         self, source_ids: Sequence[np.ndarray], progress: bool = False
@@ -309,8 +324,7 @@ class Translator:
         """
         decoder = self.decoder
         strings = tf.convert_to_tensor(strings, tf.string)
-        ragged = self.source_tokenizer.tokenize(strings)  # (N, None)
-        ragged = ragged[:, : int(self.model.max_length)]
+        ragged = self._source_ids(strings)  # (N, None)
         pad_id = int(self.model.pad_id)
         source_ids = ragged.to_tensor(default_value=tf.constant(pad_id, ragged.dtype))
         source_ids = tf.cast(source_ids, tf.int32)

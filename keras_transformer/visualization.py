@@ -45,7 +45,8 @@ def translation_attention(
         hypothesis: which of the translator's hypotheses (0 = best).
 
     Returns:
-        `(source_pieces, target_pieces, weights)`: the S source pieces, the T emitted target
+        `(source_pieces, target_pieces, weights)`: the S source pieces (EOS last when the
+        translator appends it), the T emitted target
         pieces (EOS included when emitted) and a dict of float32 arrays:
         `"cross_attention"` (L, H, T, S), `"decoder_self_attention"` (L, H, T, T) and
         `"encoder_self_attention"` (L, H, S, S). Row t of the decoder weights belongs to the
@@ -56,8 +57,8 @@ def translation_attention(
     >>> w["cross_attention"].shape  # doctest: +SKIP
     (6, 8, 4, 3)
     """
-    source_ids = translator.encode_sources([sentence])[0]
-    if len(source_ids) == 0:
+    source_ids = translator.encode_sources([sentence])[0]  # EOS last with source_eos
+    if len(source_ids) <= int(translator.source_eos):
         raise ValueError(
             "Received an invalid value for argument `sentence`, expected a sentence with at "
             f"least one token. Received: sentence={sentence!r}"

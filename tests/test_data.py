@@ -323,9 +323,11 @@ def test_make_batches_teacher_forcing_structure(tokenizer, val_pairs):
         ids = _strip(target_out)
         assert ids[-1] == EOS_ID and EOS_ID not in ids[:-1]
         assert _strip(target_in) == [BOS_ID] + ids[:-1]
-        assert tuple(_strip(source)) in de and tuple(ids[:-1]) in en
+        source_ids = _strip(source)  # the source ends with EOS (source_eos=True)
+        assert source_ids[-1] == EOS_ID and EOS_ID not in source_ids[:-1]
+        assert tuple(source_ids[:-1]) in de and tuple(ids[:-1]) in en
     pairs = {
-        (tuple(_strip(s)), tuple(_strip(to)[:-1])) for s, _, to in rows
+        (tuple(_strip(s)[:-1]), tuple(_strip(to)[:-1])) for s, _, to in rows
     }  # each source is batched with its own target
     expected = set(
         zip(
@@ -336,9 +338,20 @@ def test_make_batches_teacher_forcing_structure(tokenizer, val_pairs):
     assert pairs == expected
 
 
+def test_sources_without_eos(tokenizer, val_pairs):
+    """`source_eos=False`: the bare source ids, as models trained before source EOS saw."""
+    rows = _collect(
+        make_batches(val_pairs, tokenizer, batch_size=50, shuffle=False, source_eos=False)
+    )
+    de = {tuple(ids) for ids in tokenizer.tokenize(_lines("val.de.gz")).to_list()}
+    assert len(rows) == 1014
+    assert all(tuple(_strip(source)) in de for source, _, _ in rows)
+    assert not any(EOS_ID in source for source, _, _ in rows)
+
+
 def test_length_policies(tokenizer, val_pairs, val_lengths):
     source, target = val_lengths
-    kept = int(((source <= 24) & (target + 1 <= 20)).sum())
+    kept = int(((source + 1 <= 24) & (target + 1 <= 20)).sum())  # + EOS on both sides
     assert 100 < kept < 1000
     dropped = _collect(
         make_batches(val_pairs, tokenizer, max_source_length=24, max_target_length=20, seed=1)
@@ -359,6 +372,7 @@ def test_length_policies(tokenizer, val_pairs, val_lengths):
     assert max(len(_strip(s)) for s, _, _ in truncated) == 24
     assert max(len(_strip(to)) for _, _, to in truncated) == 20
     assert all(_strip(to)[-1] == EOS_ID for _, _, to in truncated)
+    assert all(_strip(s)[-1] == EOS_ID for s, _, _ in truncated)
 
 
 def test_empty_sides_are_dropped(tokenizer):
@@ -392,7 +406,7 @@ def test_bucketing_by_sentences(tokenizer, val_pairs, val_lengths):
         assert lengths.min() > lower  # all rows of a batch come from one bucket
         assert max(source.shape[1], target_in.shape[1]) == lengths.max()  # padded to the batch
     source, target = val_lengths
-    assert total == int(((source <= 48) & (target + 1 <= 48)).sum())
+    assert total == int(((source + 1 <= 48) & (target + 1 <= 48)).sum())
 
 
 def test_tokens_per_batch_and_pad_to_bucket(tokenizer, val_pairs, val_lengths):
@@ -412,7 +426,7 @@ def test_tokens_per_batch_and_pad_to_bucket(tokenizer, val_pairs, val_lengths):
         shapes.add(source.shape[1])
     assert shapes <= set(default_bucket_lengths(40)) and len(shapes) >= 3
     source, target = val_lengths
-    assert total == int(((source <= 40) & (target + 1 <= 40)).sum())
+    assert total == int(((source + 1 <= 40) & (target + 1 <= 40)).sum())
 
 
 def test_shuffle_is_seeded_and_cached(tokenizer, val_pairs, tmp_path):

@@ -71,6 +71,7 @@ def test_export_layout_versions_and_info(exported, translator):
     with open(os.path.join(path, "assets.extra", "export_info.json")) as f:
         info = json.load(f)
     assert info["decoding"]["beam_size"] == 2 and info["signatures"] == list(SIGNATURES)
+    assert info["decoding"]["max_length"] == 10 and info["source_eos"] is True
     assert next_version(os.path.join(base, "transformer")) == 2
 
 

@@ -109,9 +109,31 @@ def test_schedule_peaks_at_warmup_and_round_trips():
     values = [float(schedule(s)) for s in range(300)]
     assert int(np.argmax(values)) == 99
     restored = TransformerSchedule.from_config(schedule.get_config())
-    assert restored.get_config() == {"d_model": 128, "warmup_steps": 100, "scale": 1.0}
+    assert restored.get_config() == {
+        "d_model": 128,
+        "warmup_steps": 100,
+        "scale": 1.0,
+        "decay": "inverse_sqrt",
+        "total_steps": None,
+    }
     again = keras.optimizers.schedules.deserialize(keras.optimizers.schedules.serialize(schedule))
     np.testing.assert_allclose(float(again(50)), values[50])
+
+
+@pytest.mark.parametrize("decay", ["linear", "cosine"])
+def test_decays_to_zero_at_total_steps(decay):
+    schedule = TransformerSchedule(d_model=256, warmup_steps=100, decay=decay, total_steps=1100)
+    values = np.array([float(schedule(s)) for s in range(1200)])
+    peak = 256**-0.5 * 100**-0.5
+    assert int(np.argmax(values)) == 99 and values[99] == pytest.approx(peak, rel=1e-5)
+    np.testing.assert_allclose(values[:100], np.arange(1, 101) / 100 * peak, rtol=1e-5)
+    # Half way through the decay: half the peak for both shapes.
+    assert values[599] == pytest.approx(peak / 2, rel=1e-4)
+    assert np.all(np.diff(values[99:]) <= 1e-12) and np.all(values[1099:] == 0.0)
+    if decay == "cosine":  # flatter than linear near the peak, steeper in the middle
+        assert values[199] > peak * 0.9 and values[199] > peak * (1 - 100 / 1000)
+    restored = TransformerSchedule.from_config(schedule.get_config())
+    assert float(restored(700)) == pytest.approx(values[700])
 
 
 @pytest.mark.parametrize(
@@ -120,6 +142,9 @@ def test_schedule_peaks_at_warmup_and_round_trips():
         ({"d_model": 64, "warmup_steps": 0}, "warmup_steps"),
         ({"d_model": 0}, "d_model"),
         ({"d_model": 64, "scale": -1.0}, "scale"),
+        ({"d_model": 64, "decay": "step"}, "decay"),
+        ({"d_model": 64, "decay": "linear"}, "total_steps"),
+        ({"d_model": 64, "warmup_steps": 10, "decay": "cosine", "total_steps": 10}, "total_steps"),
     ],
 )
 def test_schedule_rejects_bad_arguments(kwargs, name):

@@ -88,6 +88,37 @@ def test_translator_round_trip_with_a_copy_model(tokenizer):
         translator.translate_nbest(GERMAN, n=4)
 
 
+@pytest.mark.parametrize("source_eos", [True, False])
+def test_sources_end_with_eos_as_the_model_was_trained(tokenizer, source_eos):
+    model = CopyModel(tokenizer.vocab_size)
+    model.max_length = 6
+    translator = Translator(model, tokenizer, tokenizer, beam_size=1, source_eos=source_eos)
+    plain = tokenizer.tokenize(GERMAN).to_list()
+    ids = [list(row) for row in translator.encode_sources(GERMAN)]
+    if source_eos:  # cut to max_length with EOS last
+        assert ids == [row[:5] + [EOS_ID] for row in plain]
+    else:
+        assert ids == [row[:6] for row in plain]
+    # The graph path (export) encodes the same ids.
+    graph_ids = tf.function(translator._source_ids)(tf.constant(GERMAN))
+    assert graph_ids.to_list() == ids
+
+
+def test_run_directories_record_source_eos(tmp_path, tokenizer):
+    from keras_transformer.config import ExperimentConfig, save_config
+    from keras_transformer.run_dir import trained_with_source_eos
+
+    paths = RunPaths(str(tmp_path))
+    assert trained_with_source_eos(paths.root) is False  # no config.yaml: an old layout
+    save_config(ExperimentConfig(), paths.config)
+    assert trained_with_source_eos(paths.root) is True  # the default of new runs
+    config = ExperimentConfig().to_dict()
+    del config["data"]["source_eos"]  # a run trained before the option existed
+    with open(paths.config, "w", encoding="utf-8") as f:
+        json.dump(config, f)
+    assert trained_with_source_eos(paths.root) is False
+
+
 @pytest.fixture(scope="module")
 def tiny_model(tokenizer):
     keras.utils.set_random_seed(3)
@@ -131,6 +162,7 @@ def _make_run_dir(root, model, tokenizer):
 def test_commands_translate_and_evaluate(tmp_path, tokenizer, tiny_model, multi30k_dir, capsys):
     run_dir = _make_run_dir(tmp_path / "run", tiny_model, tokenizer)
     translator = Translator.from_run_dir(run_dir, beam_size=2, max_length=16, jit_compile=False)
+    assert translator.source_eos is False  # no config.yaml: translated as trained, without
     expected = translator.translate(GERMAN[:3])
     common = ["--beam-size", "2", "--max-length", "16", "--jit", "off"]
 
@@ -178,8 +210,9 @@ def test_translation_attention_shapes(tokenizer, tiny_model):
     translator = Translator(tiny_model, tokenizer, tokenizer, beam_size=2, max_length=12)
     sentence = GERMAN[0]
     source_pieces, target_pieces, weights = translation_attention(translator, sentence)
-    num_source = len(tokenizer.tokenize([sentence])[0])
+    num_source = len(tokenizer.tokenize([sentence])[0]) + 1  # + EOS
     assert len(source_pieces) == num_source and all(isinstance(p, str) for p in source_pieces)
+    assert source_pieces[-1] == "</s>"
     num_target = len(target_pieces)
     assert 1 <= num_target <= 12
     layers, heads = tiny_model.num_decoder_layers, tiny_model.num_heads

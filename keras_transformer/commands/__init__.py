@@ -10,4 +10,5 @@ SUMMARIES: dict[str, str] = {
     "serve": "Serve exports with TF Serving's REST API (development stand-in, not TF Serving).",
     "translate": "Translate sentences (arguments, a file or stdin) with a trained run.",
     "evaluate": "Translate a test set and score it with sacreBLEU (BLEU, chrF).",
+    "average": "Average the weights of a run's last N epochs into its model.",
 }

@@ -34,7 +34,12 @@ train = make_batches(pairs, source_tokenizer, target_tokenizer, batch_size=128)
 
 from keras_transformer.data.multi30k import ENV_VAR as MULTI30K_ENV_VAR
 from keras_transformer.data.multi30k import Multi30k, verify_multi30k_files
-from keras_transformer.data.pipeline import default_bucket_lengths, encode_pairs, make_batches
+from keras_transformer.data.pipeline import (
+    count_batches,
+    default_bucket_lengths,
+    encode_pairs,
+    make_batches,
+)
 from keras_transformer.data.sources import (
     load_multi30k,
     load_parallel_dataset,
@@ -46,6 +51,7 @@ __all__ = [
     "MULTI30K_ENV_VAR",
     "Multi30k",
     "check_text_files",
+    "count_batches",
     "default_bucket_lengths",
     "encode_pairs",
     "load_multi30k",

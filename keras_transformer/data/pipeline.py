@@ -2,30 +2,34 @@
 
 Each `(source_text, target_text)` pair becomes
 
-- `source_ids`: the source subword ids, no BOS/EOS;
+- `source_ids`: the source subword ids followed by EOS (`source_eos=True`, the default: it
+  tells the decoder where the source ends, as in fairseq and the TF official models), or
+  the bare ids (`source_eos=False`, how models of version 0.1 were trained);
 - `target_in = [BOS] + target_ids` (the decoder input, teacher forcing);
 - `target_out = target_ids + [EOS]` (the labels),
 
 and batches have the structure `((source_ids, target_in), target_out)`, int32, dense, padded
 with `pad_id` 0: `(B, S)`, `(B, T)`, `(B, T)`. Everything runs in the graph (tensorflow-text
-ops, no `py_function`): tokenization is vectorized over blocks of examples, pairs longer than
-`max_source_length` (source ids) or `max_target_length` (`len(target_in)`) are dropped or
-truncated, pairs with an empty side are dropped, then examples are cached, shuffled, grouped
-into length buckets (`tf.data.Dataset.bucket_by_sequence_length`) of a fixed number of
-sentences (`batch_size`) or of tokens (`tokens_per_batch`) and prefetched. With
-`pad_to_bucket=True` every batch is padded to its bucket's length, so batch shapes come from
-a small fixed set (good for XLA); source and target are then padded to the same length.
+ops, no `py_function`): tokenization is vectorized over blocks of examples; pairs longer
+than `max_source_length` (`len(source_ids)`, EOS included) or `max_target_length`
+(`len(target_in)`) are dropped or truncated, pairs with an empty side are dropped; then
+examples are cached, shuffled, grouped into length buckets
+(`tf.data.Dataset.bucket_by_sequence_length`) of a fixed number of sentences (`batch_size`)
+or of tokens (`tokens_per_batch`) and prefetched. With `pad_to_bucket=True` every batch is
+padded to its bucket's length, so batch shapes come from a small fixed set (good for XLA);
+source and target are then padded to the same length.
 
 Public API:
 
 - `make_batches(dataset, source_tokenizer, target_tokenizer=None, *, batch_size=None,
   tokens_per_batch=None, max_source_length=128, max_target_length=128,
-  length_policy="drop", bucket_lengths=None, pad_to_bucket=False, shuffle=True,
-  shuffle_buffer_size=20000, seed=None, cache=True, drop_remainder=False)`.
+  length_policy="drop", source_eos=True, bucket_lengths=None, pad_to_bucket=False,
+  shuffle=True, shuffle_buffer_size=20000, seed=None, cache=True, drop_remainder=False)`.
 - `encode_pairs(dataset, source_tokenizer, target_tokenizer=None, *, max_source_length=128,
-  max_target_length=128, length_policy="drop")`: the per-example stage alone, yielding
-  `((source_ids, target_in), target_out)` 1-D int32 tensors.
+  max_target_length=128, length_policy="drop", source_eos=True)`: the per-example stage
+  alone, yielding `((source_ids, target_in), target_out)` 1-D int32 tensors.
 - `default_bucket_lengths(max_length, step=8) -> list[int]`.
+- `count_batches(dataset) -> int`: the batches of one epoch (the same every epoch).
 
 Example:
 
@@ -44,6 +48,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from keras_transformer.tokenization import append_eos
 from keras_transformer.validation import check_positive_int
 
 _LENGTH_POLICIES = ("drop", "truncate")
@@ -78,6 +83,7 @@ def encode_pairs(
     max_source_length: int = 128,
     max_target_length: int = 128,
     length_policy: str = "drop",
+    source_eos: bool = True,
 ) -> tf.data.Dataset:
     """Tokenizes string pairs into `((source_ids, target_in), target_out)` examples.
 
@@ -86,10 +92,11 @@ def encode_pairs(
         source_tokenizer: a `keras_transformer.tokenization.SubwordTokenizer` (anything with
             `tokenize(strings) -> RaggedTensor`, `bos_id`, `eos_id` and `pad_id == 0`).
         target_tokenizer: the target tokenizer; the source one (shared vocabulary) if None.
-        max_source_length: the most source ids.
+        max_source_length: the most source ids (EOS included).
         max_target_length: the most ids of `target_in` (and `target_out`): target ids + 1.
         length_policy: `"drop"` the pairs over a limit, or `"truncate"` them (the truncated
-            `target_out` still ends with EOS).
+            `target_out` and source still end with EOS).
+        source_eos: append the source tokenizer's EOS id to every source.
 
     Returns:
         A `tf.data.Dataset` of `((source_ids, target_in), target_out)`, 1-D int32 tensors.
@@ -107,6 +114,13 @@ def encode_pairs(
         _check_tokenizer(arg, tokenizer)
     check_positive_int("max_source_length", max_source_length)
     check_positive_int("max_target_length", max_target_length)
+    source_eos = bool(source_eos)
+    if source_eos and max_source_length < 2:
+        raise ValueError(
+            "Received an invalid value for argument `max_source_length`, expected an integer "
+            ">= 2 with source_eos=True (EOS plus one id). Received: "
+            f"max_source_length={max_source_length}"
+        )
     if max_target_length < 2:
         raise ValueError(
             "Received an invalid value for argument `max_target_length`, expected an integer "
@@ -119,12 +133,14 @@ def encode_pairs(
             f"{_LENGTH_POLICIES}. Received: length_policy={length_policy!r}"
         )
     bos_id, eos_id = int(target_tokenizer.bos_id), int(target_tokenizer.eos_id)
+    source_eos_id = int(source_tokenizer.eos_id)
+    source_limit = max_source_length - 1 if source_eos else max_source_length  # real ids
 
     def encode(source_text: tf.Tensor, target_text: tf.Tensor):
         source = tf.cast(source_tokenizer.tokenize(source_text), tf.int32)
         target = tf.cast(target_tokenizer.tokenize(target_text), tf.int32)
         if length_policy == "truncate":
-            source = source[:, :max_source_length]
+            source = source[:, :source_limit]
             target = target[:, : max_target_length - 1]
         source_lengths = source.row_lengths()
         target_lengths = target.row_lengths()
@@ -133,15 +149,17 @@ def encode_pairs(
             keep = tf.logical_and(
                 keep,
                 tf.logical_and(
-                    source_lengths <= max_source_length,
+                    source_lengths <= source_limit,
                     target_lengths <= max_target_length - 1,
                 ),
             )
         source = tf.ragged.boolean_mask(source, keep)
         target = tf.ragged.boolean_mask(target, keep)
-        column = tf.ones([target.nrows(), 1], tf.int32)
-        target_in = tf.concat([tf.RaggedTensor.from_tensor(column * bos_id), target], axis=1)
-        target_out = tf.concat([target, tf.RaggedTensor.from_tensor(column * eos_id)], axis=1)
+        if source_eos:
+            source = append_eos(source, source_eos_id)
+        column = tf.fill(tf.stack([target.nrows(), 1]), bos_id)  # (B, 1)
+        target_in = tf.concat([tf.RaggedTensor.from_tensor(column), target], axis=1)
+        target_out = append_eos(target, eos_id)
         return source, target_in, target_out
 
     encoded = (
@@ -163,6 +181,7 @@ def make_batches(
     max_source_length: int = 128,
     max_target_length: int = 128,
     length_policy: str = "drop",
+    source_eos: bool = True,
     bucket_lengths: Sequence[int] | None = None,
     pad_to_bucket: bool = False,
     shuffle: bool = True,
@@ -182,9 +201,10 @@ def make_batches(
             given).
         tokens_per_batch: batch by token count instead: a bucket of length `L` makes batches
             of `max(1, tokens_per_batch // L)` sentences.
-        max_source_length: the most source ids.
+        max_source_length: the most source ids (EOS included).
         max_target_length: the most ids of `target_in`/`target_out`.
         length_policy: `"drop"` or `"truncate"` the pairs over a limit.
+        source_eos: append EOS to every source (see `encode_pairs`).
         bucket_lengths: increasing bucket lengths (the longest sequence a bucket takes);
             `default_bucket_lengths(max(max_source_length, max_target_length))` if None.
         pad_to_bucket: pad each batch to its bucket's length (fixed shapes for XLA) instead
@@ -225,6 +245,7 @@ def make_batches(
         max_source_length=max_source_length,
         max_target_length=max_target_length,
         length_policy=length_policy,
+        source_eos=source_eos,
     )
     max_length = max(max_source_length, max_target_length)
     if bucket_lengths is None:
@@ -268,6 +289,16 @@ def make_batches(
         drop_remainder=drop_remainder,
     )
     return batches.prefetch(tf.data.AUTOTUNE)
+
+
+def count_batches(dataset: tf.data.Dataset) -> int:
+    """The number of batches of one pass over a finite dataset (iterates it once).
+
+    For `make_batches` output this is the same every epoch: each length bucket makes
+    `ceil(examples / batch size)` batches whatever the shuffle order. The pass also fills
+    the pipeline's cache.
+    """
+    return int(dataset.reduce(tf.constant(0, tf.int64), lambda count, _: count + 1))
 
 
 def _check_pairs(dataset: Any) -> None:

@@ -9,6 +9,7 @@ import os
 
 import keras
 
+from keras_transformer.compat import finalize_ema_values
 from keras_transformer.validation import check_positive_int
 
 logger = logging.getLogger(__name__)
@@ -111,15 +112,42 @@ def tensorboard_available() -> bool:
     return importlib.util.find_spec("tensorboard") is not None
 
 
+class FinalizeEMAOnStop(keras.callbacks.Callback):
+    """Keeps the EMA in the model when training stops before its last planned epoch.
+
+    `keras.callbacks.SwapEMAWeights(swap_on_epoch=True)` writes the EMA into the model at
+    the end of the last planned epoch only; when a callback stops training earlier (a time
+    budget, early stopping), `fit`'s final `finalize_variable_values` would put the raw
+    weights back. Placed after every callback that may stop training, this one finalizes
+    the EMA at whichever epoch turns out to be the last.
+
+    Args:
+        swap: the run's `SwapEMAWeights(swap_on_epoch=True)`.
+    """
+
+    def __init__(self, swap: keras.callbacks.SwapEMAWeights):
+        super().__init__()
+        self.swap = swap
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self.model.stop_training and epoch != self.params["epochs"] - 1:
+            finalize_ema_values(self.swap)
+
+
 def make_callbacks(
     *,
     backup_dir: str | None = None,
     backup_freq: int | str = "epoch",
     steps_per_epoch: int | None = None,
     checkpoint_dir: str | None = None,
+    keep_epoch_weights: int | None = None,
     log_dir: str | None = None,
     early_stopping_patience: int | None = None,
     monitor: str = "val_loss",
+    use_ema: bool = False,
+    max_minutes: float | None = None,
+    start: float | None = None,
+    bleu: keras.callbacks.Callback | None = None,
 ) -> list[keras.callbacks.Callback]:
     """The callbacks of a training run, in a working order.
 
@@ -129,25 +157,45 @@ def make_callbacks(
         steps_per_epoch: the steps of an epoch (exact mid-epoch resume).
         checkpoint_dir: `ModelCheckpoint` writes `best.weights.h5` (best `monitor`) and
             `last.weights.h5` there (none if None).
+        keep_epoch_weights: also keep the weights of the last N epochs in `checkpoint_dir`
+            (`budget.EpochWeights`, for checkpoint averaging); None: not kept.
         log_dir: the `TensorBoard` folder (none if None, or if the `tensorboard` package is
             not installed: then a warning is logged).
         early_stopping_patience: epochs without `monitor` improving before stopping
             (`EarlyStopping`, restoring nothing); None disables it.
         monitor: the quantity watched by the checkpoint and early stopping.
+        use_ema: the optimizer keeps an EMA of the weights: epoch-end callbacks, the
+            validation and the final model see the EMA (`SwapEMAWeights`).
+        max_minutes: a wall-clock budget (`budget.TimeBudget`) counted from `start`.
+        start: `time.monotonic()` at the start of the run.
+        bleu: a `bleu.BleuCallback`, placed before the logging callbacks so they see
+            `val_bleu`.
 
     Returns:
-        `[TerminateOnNaN, ResumableBackupAndRestore, ModelCheckpoint x2, TensorBoard,
-        EarlyStopping]`, without the disabled ones.
+        `[TerminateOnNaN, ResumableBackupAndRestore, SwapEMAWeights, TimeBudget,
+        EpochWeights, ModelCheckpoint x2, BleuCallback, TensorBoard, EarlyStopping,
+        FinalizeEMAOnStop]`, without the disabled ones. Callbacks that may stop training
+        belong before `FinalizeEMAOnStop`.
     """
+    from keras_transformer.training.budget import EpochWeights, TimeBudget
+
     callbacks: list[keras.callbacks.Callback] = [keras.callbacks.TerminateOnNaN()]
     if backup_dir:
+        # Before the EMA swap: backups hold the raw weights and the EMA where they belong.
         callbacks.append(
             ResumableBackupAndRestore(
                 backup_dir, save_freq=backup_freq, steps_per_epoch=steps_per_epoch
             )
         )
+    swap = keras.callbacks.SwapEMAWeights(swap_on_epoch=True) if use_ema else None
+    if swap is not None:
+        callbacks.append(swap)
+    if max_minutes is not None:
+        callbacks.append(TimeBudget(max_minutes, start))
     if checkpoint_dir:
         os.makedirs(checkpoint_dir, exist_ok=True)
+        if keep_epoch_weights:
+            callbacks.append(EpochWeights(checkpoint_dir, keep=keep_epoch_weights))
         callbacks.append(
             keras.callbacks.ModelCheckpoint(
                 os.path.join(checkpoint_dir, "best.weights.h5"),
@@ -161,6 +209,8 @@ def make_callbacks(
                 os.path.join(checkpoint_dir, "last.weights.h5"), save_weights_only=True
             )
         )
+    if bleu is not None:
+        callbacks.append(bleu)
     if log_dir:
         if tensorboard_available():
             callbacks.append(keras.callbacks.TensorBoard(log_dir=log_dir, update_freq="epoch"))
@@ -173,4 +223,6 @@ def make_callbacks(
         callbacks.append(
             keras.callbacks.EarlyStopping(monitor=monitor, patience=early_stopping_patience)
         )
+    if swap is not None:
+        callbacks.append(FinalizeEMAOnStop(swap))  # after everything that may stop training
     return callbacks

@@ -23,6 +23,9 @@ import tensorflow as tf
 from keras_transformer.config import ExperimentConfig, TransformerConfig, save_config
 from keras_transformer.models.transformer import Transformer
 from keras_transformer.run_dir import RunPaths
+from keras_transformer.training.averaging import average_weights
+from keras_transformer.training.bleu import BleuCallback
+from keras_transformer.training.budget import epoch_weight_files
 from keras_transformer.training.callbacks import make_callbacks
 from keras_transformer.training.compat import DistributedTrainingMixin
 from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy
@@ -36,6 +39,9 @@ from keras_transformer.training.strategies import (
 )
 
 logger = logging.getLogger(__name__)
+
+# Per-epoch weights kept in `checkpoints/` (more when `training.average_last` asks).
+KEEP_EPOCH_WEIGHTS = 5
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -123,6 +129,10 @@ def compile_model(
     label_smoothing: float = 0.1,
     warmup_steps: int = 4000,
     learning_rate_scale: float = 1.0,
+    lr_decay: str = "inverse_sqrt",
+    total_steps: int | None = None,
+    use_ema: bool = False,
+    ema_momentum: float = 0.999,
     beta_1: float = 0.9,
     beta_2: float = 0.98,
     epsilon: float = 1e-9,
@@ -142,6 +152,10 @@ def compile_model(
         label_smoothing: the loss' smoothing rate.
         warmup_steps: the schedule's warmup.
         learning_rate_scale: factor on the schedule.
+        lr_decay: the schedule's decay after the warmup (`TransformerSchedule`).
+        total_steps: where `"linear"` and `"cosine"` decays reach zero.
+        use_ema: keep an exponential moving average of the weights (Keras' `use_ema`).
+        ema_momentum: its momentum.
         beta_1: Adam's beta_1.
         beta_2: Adam's beta_2.
         epsilon: Adam's epsilon.
@@ -154,7 +168,9 @@ def compile_model(
     Returns:
         `model`, compiled.
     """
-    schedule = TransformerSchedule(model.d_model, warmup_steps, learning_rate_scale)
+    schedule = TransformerSchedule(
+        model.d_model, warmup_steps, learning_rate_scale, decay=lr_decay, total_steps=total_steps
+    )
     optimizer = keras.optimizers.Adam(
         schedule,
         beta_1=beta_1,
@@ -162,6 +178,8 @@ def compile_model(
         epsilon=epsilon,
         clipnorm=clipnorm,
         global_clipnorm=global_clipnorm,
+        use_ema=use_ema,
+        ema_momentum=ema_momentum,
     )
     model.compile(
         optimizer=optimizer,
@@ -246,6 +264,7 @@ def make_datasets(config: ExperimentConfig, train_pairs, validation_pairs, token
         "max_source_length": d.max_source_length,
         "max_target_length": d.max_target_length,
         "pad_to_bucket": d.pad_to_bucket,
+        "source_eos": d.source_eos,
     }
     train = make_batches(
         train_pairs,
@@ -299,6 +318,7 @@ def train(
     >>> config = load_config("multi30k_de_en", ["training.epochs=1"])  # doctest: +SKIP
     >>> result = train(config)  # doctest: +SKIP
     """
+    start = time.monotonic()
     config.validate()
     t = config.training
     paths = RunPaths(run_dir or t.run_dir)
@@ -316,6 +336,15 @@ def train(
         validation_pairs = load_pairs(config, config.data.validation_split or "", validation=True)
     tokenizers = load_or_train_tokenizers(config, paths, train_pairs, strategy)
     train_data, validation_data = make_datasets(config, train_pairs, validation_pairs, tokenizers)
+    steps_per_epoch = t.steps_per_epoch
+    if steps_per_epoch is None:
+        from keras_transformer.data import count_batches
+
+        steps_per_epoch = count_batches(train_data)
+        if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+            # A known length: Keras' progress bar shows the total and an estimate.
+            train_data = train_data.apply(tf.data.experimental.assert_cardinality(steps_per_epoch))
+        logger.info("An epoch is %d steps.", steps_per_epoch)
 
     with strategy.scope():
         model = build_model(config, tokenizers[0].vocab_size, tokenizers[1].vocab_size)
@@ -324,6 +353,10 @@ def train(
             label_smoothing=t.label_smoothing,
             warmup_steps=t.warmup_steps,
             learning_rate_scale=t.learning_rate_scale,
+            lr_decay=t.lr_decay,
+            total_steps=t.epochs * steps_per_epoch,
+            use_ema=t.use_ema,
+            ema_momentum=t.ema_momentum,
             beta_1=t.beta_1,
             beta_2=t.beta_2,
             epsilon=t.epsilon,
@@ -342,14 +375,22 @@ def train(
 
     # Non-chief workers keep their backups and checkpoints apart from the chief's.
     suffix = "" if chief else f"_worker{worker_id(strategy)}"
+    bleu = None
+    if t.bleu_every and validation_pairs is not None:
+        bleu = _bleu_callback(config, validation_pairs, tokenizers, paths, start, chief)
     callbacks = make_callbacks(
         backup_dir=paths.backup + suffix,
         backup_freq=t.backup_freq,
         steps_per_epoch=t.steps_per_epoch,
         checkpoint_dir=paths.checkpoints + suffix,
+        keep_epoch_weights=max(t.average_last or 1, KEEP_EPOCH_WEIGHTS),
         log_dir=(paths.logs + suffix) if t.tensorboard else None,
         early_stopping_patience=t.early_stopping_patience if validation_data else None,
         monitor="val_loss" if validation_data is not None else "loss",
+        use_ema=t.use_ema,
+        max_minutes=t.max_minutes,
+        start=start,
+        bleu=bleu,
     )
     callbacks += list(extra_callbacks or [])
     history = model.fit(
@@ -362,7 +403,39 @@ def train(
         verbose=t.verbose,
         shuffle=False,  # make_batches already shuffles; Keras ignores (and warns) for datasets
     )
+    if t.average_last and t.average_last > 1:
+        files = epoch_weight_files(paths.checkpoints + suffix)[-t.average_last :]
+        average_weights(model, files)
     if chief:
         model.to_transformer().save(paths.model)
-        logger.info("Saved the trained model to %s", paths.model)
+        logger.info(
+            "Saved the trained model to %s after %.1f minutes.",
+            paths.model,
+            (time.monotonic() - start) / 60,
+        )
     return TrainingResult(history=history, model=model, paths=paths)
+
+
+def _bleu_callback(config, validation_pairs, tokenizers, paths, start, chief):
+    """The run's `BleuCallback` over the validation pairs (the first `bleu_max_sentences`)."""
+    t = config.training
+    pairs = (
+        validation_pairs.take(t.bleu_max_sentences) if t.bleu_max_sentences else validation_pairs
+    )
+    sources, references = [], []
+    for source, reference in pairs.as_numpy_iterator():
+        sources.append(source.decode("utf-8"))
+        references.append(reference.decode("utf-8"))
+    return BleuCallback(
+        sources,
+        references,
+        *tokenizers,
+        every=t.bleu_every,
+        beam_size=t.bleu_beam_size,
+        source_eos=config.data.source_eos,
+        best_weights_path=os.path.join(paths.checkpoints, "best_bleu.weights.h5")
+        if chief
+        else None,
+        log_path=paths.bleu_log if chief else None,
+        start=start,
+    )

@@ -1,0 +1,65 @@
+"""`keras-transformer average RUN_DIR --last N`: checkpoint averaging of a trained run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+
+logger = logging.getLogger(__name__)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dir", help="the training run directory")
+    parser.add_argument(
+        "--last",
+        type=int,
+        required=True,
+        help="average the weights saved at the end of the last N epochs",
+    )
+    parser.add_argument(
+        "--output",
+        default=None,
+        help="where to write the averaged model (default: RUN_DIR/model.keras, replaced "
+        "atomically; the last epoch's weights stay in RUN_DIR/checkpoints)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from keras_transformer.run_dir import RunPaths, load_run
+    from keras_transformer.training.averaging import average_weights
+    from keras_transformer.training.budget import epoch_weight_files
+
+    if args.last < 1:
+        logger.error("Received --last %d, expected a positive number of epochs.", args.last)
+        return 2
+    paths = RunPaths(args.run_dir)
+    files = epoch_weight_files(paths.checkpoints)
+    if len(files) < args.last:
+        logger.error(
+            "Received --last %d, but %s holds the weights of %d epoch(s) (epoch-NNN.weights.h5)"
+            "; train with training.average_last >= %d to keep more.",
+            args.last,
+            paths.checkpoints,
+            len(files),
+            args.last,
+        )
+        return 2
+    model, _, _ = load_run(args.run_dir)
+    average_weights(model, files[-args.last :])
+    output = args.output or paths.model
+    tmp = f"{output}.tmp-{os.getpid()}.keras"
+    try:
+        model.save(tmp)
+        os.replace(tmp, output)  # never a half-written model at `output`
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    with open(os.path.join(paths.root, "averaged.json"), "w", encoding="utf-8") as f:
+        json.dump({"output": output, "checkpoints": files[-args.last :]}, f, indent=2)
+    sys.stdout.write(
+        f"{output}: the average of {', '.join(map(os.path.basename, files[-args.last :]))}\n"
+    )
+    return 0
