@@ -240,6 +240,25 @@ def test_remat_gives_the_same_gradients():
     assert {layer.name for layer in remat_layers} >= {"layer_0"}
 
 
+def test_remat_trains_inside_fit():
+    """The compiled training step (a graph) rematerializes the layers called with keyword
+    arguments, and takes the same step as without remat."""
+    (source, target_in), target_out = copy_task(16, seed=4)
+    models = []
+    for remat in (False, True):
+        keras.utils.set_random_seed(5)
+        model = build_model(tiny_config(dropout=0.0), remat=remat)
+        compile_model(model, warmup_steps=10, jit_compile=False)
+        models.append(model)
+    initial = models[0].get_weights()
+    models[1].set_weights(initial)
+    for model in models:
+        model.fit((source, target_in), target_out, batch_size=8, epochs=1, verbose=0)
+    for a, b in zip(models[0].get_weights(), models[1].get_weights()):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+    assert not all(np.allclose(a, b) for a, b in zip(initial, models[1].get_weights()))
+
+
 def test_mixed_precision_uses_loss_scaling():
     model = build_model(tiny_config(), dtype_policy="mixed_float16")
     compile_model(model, warmup_steps=10, jit_compile=False)

@@ -50,6 +50,34 @@ class BlockBase(keras.layers.Layer):
         )
         return config
 
+    def rematerialized_call(self, layer_call, *args, **kwargs):
+        """Keras' rematerialization (`keras.RematScope`) of `call`, with keyword arguments.
+
+        Keras wraps `call` in `tf.recompute_grad`, whose custom gradient accepts keyword
+        arguments only when executing eagerly: inside `fit`'s compiled step the layer's
+        `padding_mask=...`/`training=...` would fail. Floating-point keyword arguments are
+        passed to the wrapped function positionally (they need gradients) and the others
+        (masks, Python values, None) are bound in a closure, so the same recomputation
+        works in graphs.
+        """
+        if super().rematerialized_call(layer_call, *args, **kwargs) is layer_call:
+            return layer_call  # this layer is not rematerialized
+
+        def call(*call_args, **call_kwargs):
+            names = [k for k, v in call_kwargs.items() if _is_float_tensor(v)]
+            bound = {k: v for k, v in call_kwargs.items() if k not in names}
+            count = len(call_args)
+
+            def positional(*values):
+                return layer_call(*values[:count], **bound, **dict(zip(names, values[count:])))
+
+            rematerialized = super(BlockBase, self).rematerialized_call(
+                positional, *call_args, **call_kwargs
+            )
+            return rematerialized(*call_args, *(call_kwargs[k] for k in names))
+
+        return call
+
     def _build_norm_and_dropout(self, prefix: str, inputs_shape) -> None:
         """Creates and builds `{prefix}_norm` and `{prefix}_dropout`."""
         norm = keras.layers.LayerNormalization(
@@ -85,3 +113,7 @@ class BlockBase(keras.layers.Layer):
         y, extras = (y[0], tuple(y[1:])) if isinstance(y, tuple) else (y, ())
         x = x + dropout(y, training=training)
         return (x if self.norm_first else norm(x)), extras
+
+
+def _is_float_tensor(value) -> bool:
+    return keras.ops.is_tensor(value) and "float" in keras.backend.standardize_dtype(value.dtype)
