@@ -938,6 +938,10 @@ def main() -> None:
             "tracing)."
         )
 
+    t = config.training
+    if torch_model is not None and (t.clipnorm or t.global_clipnorm):
+        print("note: training.clipnorm / global_clipnorm are not applied in the PyTorch row.")
+
     # Matmul throughput.
     load = OtherLoad()
     load.start()
