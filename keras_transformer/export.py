@@ -37,6 +37,7 @@ import keras
 import tensorflow as tf
 
 from keras_transformer.translator import Translator
+from keras_transformer.validation import check_positive_int
 
 logger = logging.getLogger(__name__)
 
@@ -135,11 +136,7 @@ def export_translator(
     model_dir = os.path.join(base_path, model_name)
     if version is None:
         version = next_version(model_dir)
-    if isinstance(version, bool) or not isinstance(version, int) or version <= 0:
-        raise ValueError(
-            "Received an invalid value for argument `version`, expected a positive integer. "
-            f"Received: version={version!r}"
-        )
+    check_positive_int("version", version)
     final_dir = os.path.join(model_dir, str(version))
     if os.path.exists(final_dir):
         raise ValueError(

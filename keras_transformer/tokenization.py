@@ -54,19 +54,20 @@ from tensorflow_text.python.ops.sentencepiece_tokenizer import (
     gen_sentencepiece_tokenizer as _gen_sentencepiece,
 )
 
-from keras_transformer.validation import check_positive_int
+from keras_transformer.constants import (
+    BOS_ID,
+    EOS_ID,
+    NORMALIZATIONS,
+    PAD_ID,
+    TOKENIZER_MODEL_TYPES,
+    UNK_ID,
+)
+from keras_transformer.validation import check_one_of, check_positive_int, check_probability
 
 logger = logging.getLogger(__name__)
 
-PAD_ID = 0
-UNK_ID = 1
-BOS_ID = 2
-EOS_ID = 3
 MODEL_FILENAME = "spm.model"
 VOCAB_FILENAME = "spm.vocab"
-
-_MODEL_TYPES = ("unigram", "bpe")
-_NORMALIZATIONS = ("nmt_nfkc", "nfkc", "nmt_nfkc_cf", "nfkc_cf", "identity")
 
 
 def append_eos(ids: tf.RaggedTensor, eos_id: int = EOS_ID) -> tf.RaggedTensor:
@@ -353,21 +354,9 @@ def train_sentencepiece(
     """
     check_positive_int("vocab_size", vocab_size)
     check_positive_int("max_sentences", max_sentences)
-    if model_type not in _MODEL_TYPES:
-        raise ValueError(
-            f"Received an invalid value for argument `model_type`, expected one of "
-            f"{_MODEL_TYPES}. Received: model_type={model_type!r}"
-        )
-    if normalization not in _NORMALIZATIONS:
-        raise ValueError(
-            f"Received an invalid value for argument `normalization`, expected one of "
-            f"{_NORMALIZATIONS}. Received: normalization={normalization!r}"
-        )
-    if isinstance(character_coverage, bool) or not 0 < character_coverage <= 1:
-        raise ValueError(
-            "Received an invalid value for argument `character_coverage`, expected a float in "
-            f"(0, 1]. Received: character_coverage={character_coverage!r}"
-        )
+    check_one_of("model_type", model_type, TOKENIZER_MODEL_TYPES)
+    check_one_of("normalization", normalization, NORMALIZATIONS)
+    check_probability("character_coverage", character_coverage)
     if isinstance(texts, (str, bytes)):
         raise ValueError(
             "Received an invalid value for argument `texts`, expected an iterable of "

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.decoding import BOS_ID, EOS_ID
+from keras_transformer.constants import BOS_ID, EOS_ID
 
 
 def _pieces(tokenizer, ids: np.ndarray) -> list[str]:

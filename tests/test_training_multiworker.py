@@ -20,7 +20,7 @@ WORKER = textwrap.dedent(
     out = sys.argv[1]
     import numpy as np
     import tensorflow as tf
-    from keras_transformer.config import TransformerConfig
+    from keras_transformer.model_config import TransformerConfig
     from keras_transformer.training import build_model, compile_model, is_chief, make_strategy
 
     strategy = make_strategy("multi_worker")

@@ -48,10 +48,10 @@ from typing import Any
 
 import tensorflow as tf
 
+from keras_transformer.constants import LENGTH_POLICIES
 from keras_transformer.tokenization import append_eos
-from keras_transformer.validation import check_positive_int
+from keras_transformer.validation import check_lengths, check_one_of, check_positive_int
 
-_LENGTH_POLICIES = ("drop", "truncate")
 _TOKENIZE_BLOCK = 1024
 
 
@@ -127,11 +127,7 @@ def encode_pairs(
             ">= 2 (BOS or EOS plus one id). Received: "
             f"max_target_length={max_target_length}"
         )
-    if length_policy not in _LENGTH_POLICIES:
-        raise ValueError(
-            "Received an invalid value for argument `length_policy`, expected one of "
-            f"{_LENGTH_POLICIES}. Received: length_policy={length_policy!r}"
-        )
+    check_one_of("length_policy", length_policy, LENGTH_POLICIES)
     bos_id, eos_id = int(target_tokenizer.bos_id), int(target_tokenizer.eos_id)
     source_eos_id = int(source_tokenizer.eos_id)
     source_limit = max_source_length - 1 if source_eos else max_source_length  # real ids
@@ -250,16 +246,7 @@ def make_batches(
     max_length = max(max_source_length, max_target_length)
     if bucket_lengths is None:
         bucket_lengths = default_bucket_lengths(max_length)
-    bucket_lengths = list(bucket_lengths)
-    if (
-        not bucket_lengths
-        or any(isinstance(b, bool) or not isinstance(b, int) or b <= 0 for b in bucket_lengths)
-        or any(a >= b for a, b in zip(bucket_lengths, bucket_lengths[1:]))
-    ):
-        raise ValueError(
-            "Received an invalid value for argument `bucket_lengths`, expected a non-empty "
-            f"increasing sequence of positive integers. Received: bucket_lengths={bucket_lengths}"
-        )
+    bucket_lengths = list(check_lengths("bucket_lengths", list(bucket_lengths), increasing=True))
     if pad_to_bucket and bucket_lengths[-1] < max_length:
         raise ValueError(
             "Received an invalid value for argument `bucket_lengths`: with pad_to_bucket=True "

@@ -9,7 +9,7 @@ from keras_transformer import masks
 from keras_transformer.layers.block_base import BlockBase
 from keras_transformer.layers.feed_forward import FeedForward
 from keras_transformer.layers.multi_head_attention import MultiHeadAttention
-from keras_transformer.validation import check_divisible
+from keras_transformer.validation import check_architecture
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -60,7 +60,7 @@ class DecoderLayer(BlockBase):
 
     def build(self, decoder_sequence_shape, encoder_sequence_shape=None):
         d_model = decoder_sequence_shape[-1]
-        check_divisible("d_model", d_model, "num_heads", self.num_heads)
+        check_architecture(d_model=d_model, num_heads=self.num_heads)
         if encoder_sequence_shape is None:
             encoder_sequence_shape = decoder_sequence_shape
         for name, value_shape in (

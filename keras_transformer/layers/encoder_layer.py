@@ -8,7 +8,7 @@ from keras_transformer import masks
 from keras_transformer.layers.block_base import BlockBase
 from keras_transformer.layers.feed_forward import FeedForward
 from keras_transformer.layers.multi_head_attention import MultiHeadAttention
-from keras_transformer.validation import check_divisible
+from keras_transformer.validation import check_architecture
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -46,7 +46,7 @@ class EncoderLayer(BlockBase):
 
     def build(self, inputs_shape):
         d_model = inputs_shape[-1]
-        check_divisible("d_model", d_model, "num_heads", self.num_heads)
+        check_architecture(d_model=d_model, num_heads=self.num_heads)
         policy = self.dtype_policy
         self.self_attention = MultiHeadAttention(
             self.num_heads,

@@ -9,11 +9,11 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 
+from keras_transformer.constants import STRATEGIES
 from keras_transformer.training.compat import in_multi_worker_mode, is_distributed
+from keras_transformer.validation import check_one_of
 
 logger = logging.getLogger(__name__)
-
-STRATEGIES = ("default", "mirrored", "multi_worker")
 
 
 def make_strategy(name: str = "default", devices: Sequence[str] | None = None):
@@ -36,11 +36,7 @@ def make_strategy(name: str = "default", devices: Sequence[str] | None = None):
     >>> strategy.num_replicas_in_sync
     1
     """
-    if name not in STRATEGIES:
-        raise ValueError(
-            f"Received an invalid value for argument `strategy`, expected one of "
-            f"{STRATEGIES}. Received: strategy={name!r}"
-        )
+    check_one_of("strategy", name, STRATEGIES)
     if devices is not None and name != "mirrored":
         raise ValueError(
             "Received `devices` for a strategy that does not take them; devices are only "

@@ -20,7 +20,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.config import ExperimentConfig, TransformerConfig, save_config
+from keras_transformer.config import ExperimentConfig, save_config
+from keras_transformer.model_config import TransformerConfig
 from keras_transformer.models.transformer import Transformer
 from keras_transformer.run_dir import RunPaths
 from keras_transformer.training.averaging import average_weights
