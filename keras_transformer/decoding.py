@@ -563,7 +563,8 @@ class BatchDecoder:
 
     Args:
         model: a `Transformer`.
-        method: `"greedy"`, `"beam"` or `"sample"`.
+        method: `"greedy"`, `"beam"` or `"sample"`; by default beam search when
+            `beam_size > 1`, else greedy search.
         beam_size: K for `"beam"`.
         length_penalty: the GNMT alpha (beam ranking; the score of every method).
         early_stopping: see `beam_search`.
@@ -597,7 +598,7 @@ class BatchDecoder:
     def __init__(
         self,
         model,
-        method: str = "beam",
+        method: str | None = None,
         beam_size: int = 4,
         length_penalty: float = 0.6,
         early_stopping: bool = False,
@@ -615,8 +616,10 @@ class BatchDecoder:
         eos_id: int = EOS_ID,
     ):
         self.model = model
-        self.method = check_one_of("method", method, DECODING_METHODS)
         self.beam_size = check_positive_int("beam_size", beam_size)
+        if method is None:
+            method = "beam" if self.beam_size > 1 else "greedy"
+        self.method = check_one_of("method", method, DECODING_METHODS)
         self.length_penalty = check_non_negative_float("length_penalty", length_penalty)
         self.early_stopping = bool(early_stopping)
         model_max = int(model.max_length)

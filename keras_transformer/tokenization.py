@@ -47,13 +47,8 @@ import numpy as np
 import sentencepiece as spm
 import tensorflow as tf
 import tensorflow_text as tf_text
-from tensorflow_text.python.ops.sentencepiece_tokenizer import (
-    _SentencepieceModelResource,
-)
-from tensorflow_text.python.ops.sentencepiece_tokenizer import (
-    gen_sentencepiece_tokenizer as _gen_sentencepiece,
-)
 
+from keras_transformer.compat import share_sentencepiece_resource
 from keras_transformer.constants import (
     BOS_ID,
     EOS_ID,
@@ -144,8 +139,10 @@ class SubwordTokenizer(tf.Module):
             # fails with "Resource ... does not exist". A `shared_name` keeps it in the
             # resource manager; naming it by the model's hash shares it only between
             # identical models.
-            self._sentencepiece._model_resource = _SharedSentencepieceResource(
-                model_proto, "keras_transformer_spm_" + hashlib.sha256(model_proto).hexdigest()
+            share_sentencepiece_resource(
+                self._sentencepiece,
+                model_proto,
+                "keras_transformer_spm_" + hashlib.sha256(model_proto).hexdigest(),
             )
 
     @property
@@ -447,20 +444,6 @@ def train_tokenizers(
     source = train_sentencepiece((p[0] for p in _iter_pairs(pairs)), vocab_size, **kwargs)
     target = train_sentencepiece((p[1] for p in _iter_pairs(pairs)), vocab_size, **kwargs)
     return source, target
-
-
-class _SharedSentencepieceResource(_SentencepieceModelResource):
-    """tf-text's SentencePiece model resource, created with a `shared_name`."""
-
-    def __init__(self, model: bytes, shared_name: str) -> None:
-        self._shared_name = shared_name
-        super().__init__(model, "SentenceTokenizerInitializer")
-
-    def _create_resource(self):
-        with tf.name_scope("SentenceTokenizerInitializer"):
-            return _gen_sentencepiece.sentencepiece_op(
-                model=self._model, shared_name=self._shared_name
-            )
 
 
 class _Counter:

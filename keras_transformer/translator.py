@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer import decoding
+from keras_transformer import decoding as decoding_module
 from keras_transformer.tokenization import append_eos
 from keras_transformer.validation import check_positive_int
 
@@ -80,21 +80,15 @@ class Translator:
         model: the `Transformer`.
         source_tokenizer: tokenizer of the source language (`tokenize`).
         target_tokenizer: tokenizer of the target language (`detokenize`, `eos_id`).
-        beam_size: hypotheses kept by beam search; 1 means greedy search (unless `method`
-            says otherwise).
-        length_penalty: the GNMT alpha of `((5 + length) / 6) ** alpha`.
-        max_length: the absolute limit of output tokens; defaults to `model.max_length`.
-        max_length_a: each sentence's limit is `min(max_length, a * source_tokens + b)`.
-        max_length_b: see `max_length_a`.
         batch_size: sentences decoded at once.
-        method: `"greedy"`, `"beam"` or `"sample"`; defaults to `"beam"` when
-            `beam_size > 1`, else `"greedy"`.
-        jit_compile: `True`, `False` or `"auto"` (XLA with a fallback), see
-            `decoding.BatchDecoder`.
         source_eos: end every source with the source tokenizer's EOS, as the model was
             trained (`data.source_eos`; `from_run_dir` reads it from the run).
-        **decoder_kwargs: further `decoding.BatchDecoder` arguments (`early_stopping`,
-            `min_length`, `temperature`, `top_k`, `top_p`, `seed`, `length_buckets`).
+        **decoding: the search, `decoding.BatchDecoder`'s arguments and defaults: `method`
+            (beam search when `beam_size > 1`, else greedy), `beam_size`,
+            `length_penalty` (the GNMT alpha), `max_length`, `max_length_a`,
+            `max_length_b` (each sentence's limit is `min(max_length, a * source_tokens +
+            b)`), `jit_compile`, `early_stopping`, `min_length`, `temperature`, `top_k`,
+            `top_p`, `seed`, `length_buckets`.
 
     Example:
     >>> translator = Translator(model, source_tokenizer, target_tokenizer)  # doctest: +SKIP
@@ -107,37 +101,20 @@ class Translator:
         model,
         source_tokenizer,
         target_tokenizer,
-        beam_size: int = 4,
-        length_penalty: float = 0.6,
-        max_length: int | None = None,
-        max_length_a: float = 1.0,
-        max_length_b: int = 50,
         batch_size: int = 64,
-        method: str | None = None,
-        jit_compile: bool | str = "auto",
         source_eos: bool = True,
-        **decoder_kwargs: Any,
+        **decoding: Any,
     ):
         self.model = model
-        self.source_eos = bool(source_eos)
         self.source_tokenizer = source_tokenizer
         self.target_tokenizer = target_tokenizer
         self.batch_size = check_positive_int("batch_size", batch_size)
-        beam_size = check_positive_int("beam_size", beam_size)
-        if method is None:
-            method = "beam" if beam_size > 1 else "greedy"
-        self.decoder = decoding.BatchDecoder(
+        self.source_eos = bool(source_eos)
+        self.decoder = decoding_module.BatchDecoder(
             model,
-            method=method,
-            beam_size=beam_size,
-            length_penalty=length_penalty,
-            max_length=max_length,
-            max_length_a=max_length_a,
-            max_length_b=max_length_b,
-            jit_compile=jit_compile,
             bos_id=int(target_tokenizer.bos_id),
             eos_id=int(target_tokenizer.eos_id),
-            **decoder_kwargs,
+            **decoding,
         )
         if int(source_tokenizer.pad_id) != model.pad_id:
             raise ValueError(
@@ -333,7 +310,7 @@ class Translator:
         source_ids = tf.pad(
             source_ids, [[0, 0], [0, tf.maximum(1 - width, 0)]], constant_values=pad_id
         )  # (N, S)
-        max_lengths = decoding.max_decode_lengths(
+        max_lengths = decoding_module.max_decode_lengths(
             source_ids, pad_id, decoder.max_length, decoder.max_length_a, decoder.max_length_b
         )  # (N,)
         num_steps = tf.maximum(tf.reduce_max(tf.concat([max_lengths, [1]], 0)), 1)

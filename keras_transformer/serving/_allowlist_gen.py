@@ -90,18 +90,15 @@ _HIDDEN_JIT_OP_PREFIX = "_Xla"
 
 
 def _registered_ops() -> set[str]:
-    from tensorflow.core.framework import op_def_pb2
-    from tensorflow.python.client import pywrap_tf_session as c_api
+    from keras_transformer.compat import registered_op_names
 
-    op_list = op_def_pb2.OpList()
-    op_list.ParseFromString(c_api.TF_GetBuffer(c_api.TF_GetAllOpList()))
-    return {op.name for op in op_list.op}
+    return registered_op_names()
 
 
 def _kernel_devices(name: str) -> set[str]:
-    from tensorflow.python.framework import kernels
+    from keras_transformer.compat import kernel_devices
 
-    return {k.device_type for k in kernels.get_registered_kernels_for_op(name).kernel}
+    return kernel_devices(name)
 
 
 def xla_ops() -> list[str]:

@@ -41,7 +41,6 @@ import argparse
 import base64
 import binascii
 import collections
-import contextlib
 import dataclasses
 import json
 import logging
@@ -59,6 +58,7 @@ from typing import Any
 
 import numpy as np
 
+from keras_transformer.compat import silence_tf_deprecation
 from keras_transformer.serving.ops import XLA_FLAG, xla_requirements
 
 logger = logging.getLogger(__name__)
@@ -673,16 +673,6 @@ def _import_tf_text() -> None:
         logger.info("tensorflow_text is not installed; tf-text ops are not registered")
 
 
-def _silence_deprecation() -> Any:
-    """The TF1 loader is deprecated in TF2, but it is the path TF Serving takes; don't warn."""
-    try:
-        from tensorflow.python.util import deprecation
-
-        return deprecation.silence()
-    except (ImportError, AttributeError):  # pragma: no cover - private API moved
-        return contextlib.nullcontext()
-
-
 def is_complete_saved_model(path: str | os.PathLike[str]) -> bool:
     return os.path.isfile(os.path.join(path, "saved_model.pb")) or os.path.isfile(
         os.path.join(path, "saved_model.pbtxt")
@@ -719,7 +709,7 @@ class Servable:
             tf.compat.v1.RunOptions(timeout_in_ms=run_timeout_ms) if run_timeout_ms else None
         )
         try:
-            with self._graph.as_default(), _silence_deprecation():
+            with self._graph.as_default(), silence_tf_deprecation():
                 self.meta_graph_def = tf.compat.v1.saved_model.loader.load(
                     self._session, [SERVE_TAG], path
                 )

@@ -9,7 +9,7 @@ import os
 
 import keras
 
-from keras_transformer.compat import finalize_ema_values
+from keras_transformer.compat import finalize_ema_values, set_initial_epoch
 from keras_transformer.validation import check_positive_int
 
 logger = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ class ResumableBackupAndRestore(keras.callbacks.BackupAndRestore):
         epoch, steps = int(state["epoch"]), int(state["steps"])
         self.restored_epoch, self.restored_steps = epoch, steps
         if self.steps_per_epoch and steps >= self.steps_per_epoch:
-            self.model._initial_epoch = epoch + 1
+            set_initial_epoch(self.model, epoch + 1)
         elif self.steps_per_epoch and steps > 0:
             self._skip = steps
         logger.info("Restored the backup of epoch %d after %d step(s).", epoch + 1, steps)

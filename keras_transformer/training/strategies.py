@@ -9,8 +9,9 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 
+from keras_transformer.compat import in_multi_worker_mode
 from keras_transformer.constants import STRATEGIES
-from keras_transformer.training.compat import in_multi_worker_mode, is_distributed
+from keras_transformer.training.distributed import is_distributed
 from keras_transformer.validation import check_one_of
 
 logger = logging.getLogger(__name__)
@@ -71,7 +72,7 @@ def resolve_jit_compile(jit_compile: bool | str, strategy=None) -> bool:
 
     `"auto"` enables XLA only on a single GPU: not on CPU-only machines (XLA compiles slowly
     there and gains little) and not under a distribution strategy. `True` under a strategy
-    XLA-compiles each replica's step (see `keras_transformer.training.compat`).
+    XLA-compiles each replica's step (see `keras_transformer.training.distributed`).
 
     Args:
         jit_compile: the requested setting.

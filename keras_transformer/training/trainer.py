@@ -28,7 +28,7 @@ from keras_transformer.training.averaging import average_weights
 from keras_transformer.training.bleu import BleuCallback
 from keras_transformer.training.budget import epoch_weight_files
 from keras_transformer.training.callbacks import make_callbacks
-from keras_transformer.training.compat import DistributedTrainingMixin
+from keras_transformer.training.distributed import DistributedTrainingMixin
 from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy
 from keras_transformer.training.metrics import MaskedSparseCategoricalAccuracy
 from keras_transformer.training.schedules import TransformerSchedule
