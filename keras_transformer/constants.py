@@ -16,7 +16,9 @@ EOS_ID = 3
 TOKENIZER_MODEL_TYPES = ("unigram", "bpe")
 NORMALIZATIONS = ("nmt_nfkc", "nfkc", "nmt_nfkc_cf", "nfkc_cf", "identity")
 
-# Data (`data.pipeline.make_batches`).
+# Data: the folder of the offline Multi30k copy (`data.multi30k`), and the length policies of
+# `data.pipeline.make_batches`.
+MULTI30K_DIR_ENV_VAR = "KERAS_TRANSFORMER_MULTI30K_DIR"
 LENGTH_POLICIES = ("drop", "truncate")
 
 # Training (`training.strategy`, `training.dtype_policy`, `training.jit_compile`,

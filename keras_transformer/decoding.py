@@ -303,8 +303,11 @@ def greedy_search(
     Returns:
         `(tokens, scores)`: int32 (B, T) without BOS, `pad_id` after EOS, and float32 (B,).
 
-    Example:
-    >>> tokens, scores = greedy_search(model, source_ids, num_steps=32)  # doctest: +SKIP
+    Example (not run as a doctest: it needs a trained model):
+
+    ```python
+    tokens, scores = greedy_search(model, source_ids, num_steps=32)
+    ```
     """
     return _token_search(
         model,
@@ -416,8 +419,11 @@ def beam_search(
     Returns:
         `(tokens, scores)`: int32 (B, K, T) and float32 (B, K), best first.
 
-    Example:
-    >>> tokens, scores = beam_search(model, source_ids, num_steps=32, beam_size=4)  # doctest: +SKIP
+    Example (not run as a doctest: it needs a trained model):
+
+    ```python
+    tokens, scores = beam_search(model, source_ids, num_steps=32, beam_size=4)
+    ```
     """
     beam_size = check_positive_int("beam_size", beam_size)
     length_penalty = check_non_negative_float("length_penalty", length_penalty)
@@ -589,10 +595,13 @@ class BatchDecoder:
     Returns:
         A `DecodeOutput` with numpy `tokens` (B, K, T) and `scores` (B, K).
 
-    Example:
-    >>> decoder = BatchDecoder(model, method="beam", beam_size=4)  # doctest: +SKIP
-    >>> decoder(np.array([[5, 6, 7, 0], [8, 9, 0, 0]])).tokens.shape  # doctest: +SKIP
-    (2, 4, 16)
+    Example (not run as a doctest: it needs a trained model):
+
+    ```python
+    decoder = BatchDecoder(model, method="beam", beam_size=4)
+    decoder(np.array([[5, 6, 7, 0], [8, 9, 0, 0]])).tokens.shape
+    # (2, 4, 16)
+    ```
     """
 
     def __init__(

@@ -123,10 +123,13 @@ def export_translator(
         ValueError: for a bad `version`/`model_name`, an existing version, or ops outside
             the allow-list; nothing is left on disk then.
 
-    Example:
-    >>> translator = Translator.from_run_dir("runs/de-en", beam_size=4)  # doctest: +SKIP
-    >>> export_translator(translator, "exports")  # doctest: +SKIP
-    'exports/transformer/1'
+    Example (not run as a doctest: it needs a trained run directory):
+
+    ```python
+    translator = Translator.from_run_dir("runs/de-en", beam_size=4)
+    export_translator(translator, "exports")
+    # 'exports/transformer/1'
+    ```
     """
     if not model_name or os.sep in model_name or model_name.startswith("."):
         raise ValueError(

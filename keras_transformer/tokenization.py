@@ -186,10 +186,12 @@ class SubwordTokenizer(tf.Module):
             A `tf.RaggedTensor` of int32 ids of shape `(B, None)`; for a scalar input, a 1-D
             int32 `tf.Tensor`.
 
-        Example:
+        Example (not run as a doctest: it trains or loads SentencePiece models):
 
-        >>> tokenizer.tokenize(["A dog.", "A cat runs."])  # doctest: +SKIP
-        <tf.RaggedTensor [[4, 51, 7], [4, 95, 310, 7]]>
+        ```python
+        tokenizer.tokenize(["A dog.", "A cat runs."])
+        # <tf.RaggedTensor [[4, 51, 7], [4, 95, 310, 7]]>
+        ```
         """
         strings = tf.convert_to_tensor(strings, dtype=tf.string)
         return self._sentencepiece.tokenize(strings)
@@ -207,10 +209,12 @@ class SubwordTokenizer(tf.Module):
         Returns:
             A `tf.string` tensor of shape `(B,)` (a scalar for a 1-D input).
 
-        Example:
+        Example (not run as a doctest: it trains or loads SentencePiece models):
 
-        >>> tokenizer.detokenize([[2, 4, 51, 7, 3, 0], [4, 95, 3, 310, 0, 0]])  # doctest: +SKIP
-        <tf.Tensor: shape=(2,), dtype=string, numpy=array([b'A dog.', b'A cat'], dtype=object)>
+        ```python
+        tokenizer.detokenize([[2, 4, 51, 7, 3, 0], [4, 95, 3, 310, 0, 0]])
+        # <tf.Tensor: shape=(2,), dtype=string, numpy=array([b'A dog.', b'A cat'], dtype=object)>
+        ```
         """
         if isinstance(ids, tf.RaggedTensor):
             if ids.shape.rank != 2:
@@ -265,10 +269,12 @@ class SubwordTokenizer(tf.Module):
         Returns:
             The path of the model file.
 
-        Example:
+        Example (not run as a doctest: it trains or loads SentencePiece models):
 
-        >>> tokenizer.save("runs/de-en/tokenizer")  # doctest: +SKIP
-        'runs/de-en/tokenizer/spm.model'
+        ```python
+        tokenizer.save("runs/de-en/tokenizer")
+        # 'runs/de-en/tokenizer/spm.model'
+        ```
         """
         tf.io.gfile.makedirs(directory)
         path = os.path.join(directory, filename)
@@ -292,9 +298,11 @@ class SubwordTokenizer(tf.Module):
         Returns:
             A `SubwordTokenizer`.
 
-        Example:
+        Example (not run as a doctest: it trains or loads SentencePiece models):
 
-        >>> tokenizer = SubwordTokenizer.load("runs/de-en/tokenizer")  # doctest: +SKIP
+        ```python
+        tokenizer = SubwordTokenizer.load("runs/de-en/tokenizer")
+        ```
         """
         model_path = os.path.join(path, filename) if tf.io.gfile.isdir(path) else path
         if not tf.io.gfile.exists(model_path):
@@ -344,10 +352,12 @@ def train_sentencepiece(
     Returns:
         The trained `SubwordTokenizer`.
 
-    Example:
+    Example (not run as a doctest: it trains SentencePiece models):
 
-    >>> tokenizer = train_sentencepiece(["A dog runs.", "A cat sleeps."] * 500,
-    ...                                 vocab_size=300)  # doctest: +SKIP
+    ```python
+    tokenizer = train_sentencepiece(["A dog runs.", "A cat sleeps."] * 500,
+                                    vocab_size=300)
+    ```
     """
     check_positive_int("vocab_size", vocab_size)
     check_positive_int("max_sentences", max_sentences)
@@ -432,9 +442,11 @@ def train_tokenizers(
     Returns:
         `(source_tokenizer, target_tokenizer)`.
 
-    Example:
+    Example (not run as a doctest: it trains or loads SentencePiece models):
 
-    >>> src_tok, tgt_tok = train_tokenizers(pairs, vocab_size=8000)  # doctest: +SKIP
+    ```python
+    src_tok, tgt_tok = train_tokenizers(pairs, vocab_size=8000)
+    ```
     """
     if shared:
         tokenizer = train_sentencepiece(

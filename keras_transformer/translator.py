@@ -90,10 +90,13 @@ class Translator:
             b)`), `jit_compile`, `early_stopping`, `min_length`, `temperature`, `top_k`,
             `top_p`, `seed`, `length_buckets`.
 
-    Example:
-    >>> translator = Translator(model, source_tokenizer, target_tokenizer)  # doctest: +SKIP
-    >>> translator.translate(["Zwei Hunde spielen."])  # doctest: +SKIP
-    ['Two dogs are playing.']
+    Example (not run as a doctest: it needs a trained run directory):
+
+    ```python
+    translator = Translator(model, source_tokenizer, target_tokenizer)
+    translator.translate(["Zwei Hunde spielen."])
+    # ['Two dogs are playing.']
+    ```
     """
 
     def __init__(
@@ -133,8 +136,11 @@ class Translator:
             path: the run directory.
             **kwargs: `Translator` arguments.
 
-        Example:
-        >>> translator = Translator.from_run_dir("runs/de-en", beam_size=4)  # doctest: +SKIP
+        Example (not run as a doctest: it needs a trained run directory):
+
+        ```python
+        translator = Translator.from_run_dir("runs/de-en", beam_size=4)
+        ```
         """
         from keras_transformer.run_dir import load_run, trained_with_source_eos
 
@@ -238,9 +244,12 @@ class Translator:
             One list of `(translation, score)` per sentence; scores are length-penalized
             log-probabilities.
 
-        Example:
-        >>> translator.translate_nbest(["Ein Hund."], n=2)  # doctest: +SKIP
-        [[('A dog.', -0.2), ('One dog.', -0.9)]]
+        Example (not run as a doctest: it needs a trained run directory):
+
+        ```python
+        translator.translate_nbest(["Ein Hund."], n=2)
+        # [[('A dog.', -0.2), ('One dog.', -0.9)]]
+        ```
         """
         sentences = _as_sentences(sentences)
         available = self.decoder.num_hypotheses
@@ -263,9 +272,12 @@ class Translator:
     def translate(self, sentences: Iterable[str], progress: bool = False) -> list[str]:
         """Translates sentences; returns one string per input, in order.
 
-        Example:
-        >>> translator.translate(["Ein Hund läuft.", "Zwei Katzen."])  # doctest: +SKIP
-        ['A dog runs.', 'Two cats.']
+        Example (not run as a doctest: it needs a trained run directory):
+
+        ```python
+        translator.translate(["Ein Hund läuft.", "Zwei Katzen."])
+        # ['A dog runs.', 'Two cats.']
+        ```
         """
         return [best[0][0] for best in self.translate_nbest(sentences, n=1, progress=progress)]
 
@@ -286,10 +298,13 @@ class Translator:
             `(translations, scores)`: the best translation of each string, `tf.string` (N,),
             and its score, float32 (N,).
 
-        Example:
-        >>> fn = tf.function(translator.translate_strings,
-        ...                  input_signature=[tf.TensorSpec([None], tf.string)])  # doctest: +SKIP
-        >>> fn(tf.constant(["Ein Hund."]))  # doctest: +SKIP
+        Example (not run as a doctest: it needs a trained run directory):
+
+        ```python
+        fn = tf.function(translator.translate_strings,
+                         input_signature=[tf.TensorSpec([None], tf.string)])
+        fn(tf.constant(["Ein Hund."]))
+        ```
         """
         translations, scores = self.translate_strings_nbest(strings)  # (N, K), (N, K)
         return translations[:, 0], scores[:, 0]

@@ -147,7 +147,8 @@ def check_architecture(prefix: str = "", **values: Any) -> dict[str, Any]:
     {'d_model': 512, 'num_heads': 8, 'dropout': 0.0}
     >>> check_architecture(d_model=500, num_heads=8)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
-    ValueError: Received an invalid value for argument `d_model`, expected a multiple ... 500
+    ...
+    ValueError: Received an invalid value for argument `d_model`, expected a multiple...
     """
     checked = {
         name: _ARCHITECTURE_RULES[name](prefix + name, value)

@@ -101,9 +101,11 @@ def encode_pairs(
     Returns:
         A `tf.data.Dataset` of `((source_ids, target_in), target_out)`, 1-D int32 tensors.
 
-    Example:
+    Example (not run as a doctest: it needs a corpus and a trained tokenizer):
 
-    >>> examples = encode_pairs(pairs, tokenizer, max_source_length=64)  # doctest: +SKIP
+    ```python
+    examples = encode_pairs(pairs, tokenizer, max_source_length=64)
+    ```
     """
     target_tokenizer = source_tokenizer if target_tokenizer is None else target_tokenizer
     _check_pairs(dataset)
@@ -216,11 +218,13 @@ def make_batches(
         A `tf.data.Dataset` of `((source_ids, target_in), target_out)`, int32 tensors of
         shapes `(B, S)`, `(B, T)`, `(B, T)` padded with 0.
 
-    Example:
+    Example (not run as a doctest: it needs a corpus and a trained tokenizer):
 
-    >>> train = make_batches(pairs, tokenizer, tokens_per_batch=4096,
-    ...                      pad_to_bucket=True)  # doctest: +SKIP
-    >>> (source_ids, target_in), target_out = next(iter(train))  # doctest: +SKIP
+    ```python
+    train = make_batches(pairs, tokenizer, tokens_per_batch=4096,
+                         pad_to_bucket=True)
+    (source_ids, target_in), target_out = next(iter(train))
+    ```
     """
     if batch_size is not None and tokens_per_batch is not None:
         raise ValueError(

@@ -54,7 +54,7 @@ class DecoderLayer(BlockBase):
     Example:
     >>> layer = DecoderLayer(num_heads=2, d_ff=32)
     >>> y = layer(keras.ops.ones((2, 5, 16)), keras.ops.ones((2, 7, 16)))
-    >>> y.shape
+    >>> tuple(y.shape)
     (2, 5, 16)
     """
 

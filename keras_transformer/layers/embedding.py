@@ -40,7 +40,7 @@ class TransformerEmbedding(keras.layers.Layer):
 
     Example:
     >>> embed = TransformerEmbedding(vocabulary_size=100, d_model=16, max_length=32)
-    >>> embed(keras.ops.ones((2, 5), "int32")).shape
+    >>> tuple(embed(keras.ops.ones((2, 5), "int32")).shape)
     (2, 5, 16)
     """
 

@@ -40,7 +40,7 @@ class EncoderLayer(BlockBase):
 
     Example:
     >>> layer = EncoderLayer(num_heads=2, d_ff=32)
-    >>> layer(keras.ops.ones((2, 7, 16))).shape
+    >>> tuple(layer(keras.ops.ones((2, 7, 16))).shape)
     (2, 7, 16)
     """
 

@@ -62,7 +62,7 @@ class Transformer(keras.Model):
     >>> model = Transformer.from_preset("tiny", source_vocab_size=100, target_vocab_size=90)
     >>> source = keras.ops.ones((2, 7), "int32")
     >>> target = keras.ops.ones((2, 5), "int32")
-    >>> model((source, target)).shape
+    >>> tuple(model((source, target)).shape)
     (2, 5, 90)
     """
 

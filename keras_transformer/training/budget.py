@@ -30,8 +30,11 @@ class TimeBudget(keras.callbacks.Callback):
         max_minutes: the budget.
         start: `time.monotonic()` at the start of the budget; defaults to `on_train_begin`.
 
-    Example:
-    >>> model.fit(data, epochs=100, callbacks=[TimeBudget(60)])  # doctest: +SKIP
+    Example (not run as a doctest: it trains a model):
+
+    ```python
+    model.fit(data, epochs=100, callbacks=[TimeBudget(60)])
+    ```
     """
 
     def __init__(self, max_minutes: float, start: float | None = None):

@@ -34,9 +34,12 @@ class ResumableBackupAndRestore(keras.callbacks.BackupAndRestore):
         **kwargs: passed to `keras.callbacks.BackupAndRestore` (`double_checkpoint`,
             `delete_checkpoint`).
 
-    Example:
-    >>> backup = ResumableBackupAndRestore("runs/x/backup", save_freq=100,
-    ...                                    steps_per_epoch=1000)  # doctest: +SKIP
+    Example (not run as a doctest: it trains a model):
+
+    ```python
+    backup = ResumableBackupAndRestore("runs/x/backup", save_freq=100,
+                                       steps_per_epoch=1000)
+    ```
     """
 
     STATE_FILENAME = "resume_state.json"

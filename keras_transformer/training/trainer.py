@@ -315,9 +315,12 @@ def train(
     Returns:
         A `TrainingResult`.
 
-    Example:
-    >>> config = load_config("multi30k_de_en", ["training.epochs=1"])  # doctest: +SKIP
-    >>> result = train(config)  # doctest: +SKIP
+    Example (not run as a doctest: it trains on Multi30k):
+
+    ```python
+    config = load_config("multi30k_de_en", ["training.epochs=1"])
+    result = train(config)
+    ```
     """
     start = time.monotonic()
     config.validate()
