@@ -256,10 +256,12 @@ def load_or_train_tokenizers(config: ExperimentConfig, paths: RunPaths, train_pa
 
 def make_datasets(config: ExperimentConfig, train_pairs, validation_pairs, tokenizers):
     """Batched training (repeated when `steps_per_epoch` is set) and validation datasets."""
-    from keras_transformer.data import make_batches
+    from keras_transformer.data import default_bucket_lengths, make_batches
 
     d, t = config.data, config.training
+    longest = max(d.max_source_length, d.max_target_length)
     common = {
+        "bucket_lengths": default_bucket_lengths(longest, d.bucket_step),
         "batch_size": d.batch_size,
         "tokens_per_batch": d.tokens_per_batch,
         "max_source_length": d.max_source_length,
