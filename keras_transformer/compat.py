@@ -40,3 +40,17 @@ def finalize_ema_values(callback) -> None:
     planned epoch (private in Keras 3.15: `SwapEMAWeights._finalize_ema_values`), so
     `fit`'s final `finalize_variable_values` keeps the EMA in the model."""
     callback._finalize_ema_values()
+
+
+def silence_tf_deprecation():
+    """A context in which TensorFlow's deprecation warnings are silent (the TF1 SavedModel
+    loader is deprecated in TF2 but is the path TF Serving's C++ server takes). Private in
+    TF 2.21: `tensorflow.python.util.deprecation.silence`; a null context if it moved."""
+    import contextlib
+
+    try:
+        from tensorflow.python.util import deprecation
+
+        return deprecation.silence()
+    except (ImportError, AttributeError):  # pragma: no cover - private API moved
+        return contextlib.nullcontext()

@@ -22,8 +22,9 @@ VENV=${VENV:-.venv}
 if [ ! -x "$VENV/bin/keras-transformer" ]; then
   python3 -m venv "$VENV"
   "$VENV/bin/python" -m pip install -q --upgrade pip
-  "$VENV/bin/python" -m pip install -q -e .
 fi
+# The package with the stand-in server's dependencies (aiohttp, tensorflow-serving-api).
+"$VENV/bin/python" -m pip install -q -e ".[serve]"
 # shellcheck disable=SC1091
 . "$VENV/bin/activate"
 export TF_CPP_MIN_LOG_LEVEL=2
