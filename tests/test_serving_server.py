@@ -823,3 +823,48 @@ def test_keep_alive_connection_survives_errors(server):
             assert json.loads(reply.read())
     finally:
         conn.close()
+
+
+def test_batcher_groups_similar_lengths_and_splits_what_would_pad_too_much():
+    import numpy as np
+
+    from keras_transformer.serving.batcher import _Task, choose_batch, padding
+
+    def task(text: str) -> _Task:
+        return _Task("serving_default", {"sentences": np.array([text.encode()], object)}, ("k",))
+
+    first = task("x" * 20)
+    others = [task("x" * n) for n in (2, 19, 40, 21, 3, 22)]
+    options = BatchOptions(max_batch_size=4, num_batch_threads=1, max_padding=0.5)
+    chosen = choose_batch(first, others, options)
+    # The oldest request and its nearest neighbours in length, up to max_batch_size rows.
+    assert sorted(t.length for t in chosen) == [19, 20, 21, 22]
+    assert padding(chosen) < 0.1
+    # Nothing close enough: the short ones are left for a batch of their own.
+    strict = BatchOptions(max_batch_size=4, num_batch_threads=1, max_padding=0.3)
+    assert [t.length for t in choose_batch(first, [task("ab"), task("abc")], strict)] == [20]
+    assert [t.length for t in choose_batch(task("ab"), [task("abc")], strict)] == [2, 3]
+    # max_padding 1 merges whatever is queued (TF Serving's behaviour).
+    merge_all = BatchOptions(max_batch_size=8, num_batch_threads=1, max_padding=1.0)
+    assert len(choose_batch(first, others, merge_all)) == 7
+
+
+def test_length_grouping_under_load_answers_every_request_correctly(exports, tmp_path):
+    base = tmp_path / "toy"
+    shutil.copytree(exports[1], base / "1")
+    params = BatchOptions(
+        max_batch_size=8, batch_timeout_micros=20_000, num_batch_threads=2, max_padding=0.3
+    )
+    with start_server(
+        base, "toy", port=0, poll_interval=0, enable_batching=True, batching_parameters=params
+    ) as srv:
+        words = [("w" * n) + str(i) for i, n in enumerate([1, 30, 2, 31, 3, 29, 1, 32] * 4)]
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            results = list(
+                pool.map(lambda w: http(predict_url(srv), "POST", {"inputs": [w]}), words)
+            )
+        for word, (status, body) in zip(words, results):
+            assert status == 200, body
+            assert body["outputs"]["translations"] == ["v1:" + word.upper()]
+        stats = srv.batching_stats("toy")
+        assert stats["tasks"] == len(words) and stats["batches"] < len(words)
