@@ -134,7 +134,6 @@ def run_from_args(args: argparse.Namespace) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    logging.getLogger().setLevel(getattr(logging, str(args.log_level).upper(), logging.INFO))
     if (args.model_base_path is None) == (args.model_config_file is None):
         sys.stderr.write("Give exactly one of --model_base_path or --model_config_file\n")
         return 2
