@@ -105,6 +105,37 @@ def decode_limits(translator, sentences: list[str], a: float, b: int) -> np.ndar
     return np.maximum(np.minimum(np.floor(a * lengths).astype(int) + b, limit), 1)
 
 
+def machine_cpu_seconds() -> float:
+    """CPU time all processes have used (Linux /proc/stat: user + nice + system + irq +
+    softirq + steal), in seconds."""
+    with open("/proc/stat", encoding="ascii") as f:
+        fields = f.readline().split()[1:]
+    ticks = os.sysconf("SC_CLK_TCK")
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / ticks
+
+
+def combine(parts: list[dict]) -> dict:
+    """One cell from its chunks: latencies pooled, time and CPU added up."""
+    latencies = [x for part in parts for x in part["latencies"]]
+    wall = sum(part["wall"] for part in parts)
+    cpu = sum(part["cpu"] for part in parts)
+    others = sum(part["others_cpu_seconds"] for part in parts)
+    return {
+        "concurrency": parts[0]["concurrency"],
+        "sent": sum(part["sent"] for part in parts),
+        "ok": len(latencies),
+        "errors": [e for part in parts for e in part["errors"]],
+        "wall": wall,
+        "p50": float(np.percentile(latencies, 50)) * 1e3 if latencies else float("nan"),
+        "p95": float(np.percentile(latencies, 95)) * 1e3 if latencies else float("nan"),
+        "throughput": len(latencies) / wall if wall > 0 else float("nan"),
+        "per_cpu_second": len(latencies) / cpu if cpu > 0 else float("nan"),
+        "others_cpu": others / wall if wall > 0 else float("nan"),
+        "truncated": any(part["truncated"] for part in parts),
+    }
+
+
 def run_cell(
     url: str,
     sentences: list[str],
@@ -146,14 +177,20 @@ def run_cell(
     threads = [
         threading.Thread(target=worker, name=f"client-{i}", daemon=True) for i in range(concurrency)
     ]
+    machine_start, cpu_start = machine_cpu_seconds(), time.process_time()
     start = time.perf_counter()
     for t in threads:
         t.start()
     for t in threads:
         t.join(timeout=deadline_s + timeout + 5)
     wall = time.perf_counter() - start
+    ours = time.process_time() - cpu_start
+    others = max(machine_cpu_seconds() - machine_start - ours, 0.0)
     return {
         "concurrency": concurrency,
+        "latencies": latencies,
+        "cpu": ours,
+        "others_cpu_seconds": others,
         "sent": len(sentences),
         "ok": len(latencies),
         "errors": errors,
@@ -161,6 +198,8 @@ def run_cell(
         "p50": float(np.percentile(latencies, 50)) * 1e3 if latencies else float("nan"),
         "p95": float(np.percentile(latencies, 95)) * 1e3 if latencies else float("nan"),
         "throughput": len(latencies) / wall if wall > 0 else float("nan"),
+        "per_cpu_second": len(latencies) / ours if ours > 0 else float("nan"),
+        "others_cpu": others / wall if wall > 0 else float("nan"),
         "truncated": len(latencies) + len(errors) < len(sentences),
     }
 
@@ -179,13 +218,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
     p.add_argument("--max-batch-size", type=int, default=8)
     p.add_argument("--batch-timeout-micros", type=int, default=5000)
-    p.add_argument("--num-batch-threads", type=int, default=2)
+    p.add_argument("--num-batch-threads", type=int, default=1)
     p.add_argument(
         "--max-padding",
         type=float,
-        default=0.5,
-        help="split merged batches padding more than this fraction (1: never split)",
+        default=0.3,
+        help="'grouped' leaves out requests that would pad more than this fraction",
     )
+    p.add_argument("--rounds", type=int, default=2, help="turns the modes take per cell")
     p.add_argument("--request-timeout", type=float, default=120.0, help="seconds per request")
     p.add_argument("--cell-timeout", type=float, default=150.0, help="stop sending after this")
     p.add_argument("--seed", type=int, default=0)
@@ -223,57 +263,82 @@ def main(argv: list[str] | None = None) -> None:
     sentences = validation[: args.requests]
     warmup = validation[-args.warmup :] if args.warmup else []
     limits = decode_limits(translator, sentences, args.max_length_a, args.max_length_b)
-    batching = BatchOptions(
-        max_batch_size=args.max_batch_size,
-        batch_timeout_micros=args.batch_timeout_micros,
-        num_batch_threads=args.num_batch_threads,
-        max_padding=args.max_padding,
-    )
+    options = {
+        "off": None,
+        # TF Serving's batching: merge whatever is queued (max_padding 1).
+        "on": BatchOptions(
+            max_batch_size=args.max_batch_size,
+            batch_timeout_micros=args.batch_timeout_micros,
+            num_batch_threads=args.num_batch_threads,
+            max_padding=1.0,
+        ),
+        # The stand-in's: group by length, leave out what pads more than max_padding.
+        "grouped": BatchOptions(
+            max_batch_size=args.max_batch_size,
+            batch_timeout_micros=args.batch_timeout_micros,
+            num_batch_threads=args.num_batch_threads,
+            max_padding=args.max_padding,
+        ),
+    }
+    batching = options["grouped"]
 
     tmp = tempfile.mkdtemp(prefix="bench-serving-")
     rows: list[tuple[str, dict]] = []
-    merged: dict[str, float] = {}
+    merged: dict[str, dict[str, int]] = {}
+    servers = {}
     try:
         start = time.perf_counter()
         export_translator(translator, tmp, MODEL_NAME, version=1)
         export_seconds = time.perf_counter() - start
-        for mode in ("off", "on"):
-            server = start_server(
+        for mode, batch_options in options.items():
+            servers[mode] = start_server(
                 os.path.join(tmp, MODEL_NAME),
                 MODEL_NAME,
                 port=0,
                 grpc_port=None,
                 poll_interval=0,
-                enable_batching=mode == "on",
-                batching_parameters=batching if mode == "on" else None,
+                enable_batching=batch_options is not None,
+                batching_parameters=batch_options,
             )
-            try:
-                if warmup:
-                    run_cell(
-                        server.url,
-                        warmup,
-                        max(args.concurrency),
-                        args.request_timeout,
-                        args.cell_timeout,
+            if warmup:
+                run_cell(
+                    servers[mode].url,
+                    warmup,
+                    max(args.concurrency),
+                    args.request_timeout,
+                    args.cell_timeout,
+                )
+        before = {m: servers[m].batching_stats(MODEL_NAME) for m in options if options[m]}
+        # The modes take turns on chunks of the sentences, so that a change in the machine's
+        # load while the benchmark runs falls on every mode alike.
+        chunks = [sentences[i :: args.rounds] for i in range(args.rounds)]
+        for concurrency in args.concurrency:
+            parts: dict[str, list[dict]] = {mode: [] for mode in options}
+            for chunk in chunks:
+                for mode in options:
+                    parts[mode].append(
+                        run_cell(
+                            servers[mode].url,
+                            chunk,
+                            concurrency,
+                            args.request_timeout,
+                            args.cell_timeout,
+                        )
                     )
-                before = server.batching_stats(MODEL_NAME)
-                for concurrency in args.concurrency:
-                    cell = run_cell(
-                        server.url, sentences, concurrency, args.request_timeout, args.cell_timeout
-                    )
-                    rows.append((mode, cell))
-                    print(
-                        f"  [batching {mode}, concurrency {concurrency}: "
-                        f"{cell['ok']}/{cell['sent']} in {cell['wall']:.1f} s]",
-                        flush=True,
-                    )
-                after = server.batching_stats(MODEL_NAME)
-                if mode == "on" and after["batches"] > before["batches"]:
-                    merged["runs"] = after["batches"] - before["batches"]
-                    merged["tasks"] = after["tasks"] - before["tasks"]
-            finally:
-                server.stop()
+            for mode in options:
+                cell = combine(parts[mode])
+                rows.append((mode, cell))
+                print(
+                    f"  [batching {mode}, concurrency {concurrency}: "
+                    f"{cell['ok']}/{cell['sent']} in {cell['wall']:.1f} s]",
+                    flush=True,
+                )
+        for mode in before:
+            after = servers[mode].batching_stats(MODEL_NAME)
+            merged[mode] = {k: after[k] - before[mode][k] for k in after}
     finally:
+        for server in servers.values():
+            server.stop()
         shutil.rmtree(tmp, ignore_errors=True)
 
     # Report.
@@ -297,17 +362,19 @@ def main(argv: list[str] | None = None) -> None:
         f"{len(warmup)} warm-up requests per server"
     )
     print(
-        f"batching on  : max_batch_size {batching.max_batch_size}, batch_timeout_micros "
+        f"batching     : max_batch_size {batching.max_batch_size}, batch_timeout_micros "
         f"{batching.batch_timeout_micros}, num_batch_threads {batching.num_batch_threads}, "
         f"max_enqueued_batches {batching.max_enqueued_batches}, max_padding "
         f"{batching.max_padding:g} (length grouping)"
     )
-    if merged:
-        print(
-            f"               measured, all batching-on cells together: {merged['tasks']:.0f} "
-            f"requests in {merged['runs']:.0f} session runs "
-            f"(mean {merged['tasks'] / merged['runs']:.2f} per run)"
-        )
+    print("               'on' merges whatever is queued (TF Serving); 'grouped' groups by length")
+    for mode, counts in merged.items():
+        if counts["batches"]:
+            print(
+                f"               {mode}, all cells: {counts['tasks']} requests in "
+                f"{counts['batches']} session runs (mean {counts['tasks'] / counts['batches']:.2f}"
+                " per run)"
+            )
     print(
         f"machine      : os.cpu_count()={os.cpu_count()}, {platform.machine()}, "
         f"{platform.system()} {platform.release()}, Python {platform.python_version()}, "
@@ -318,7 +385,7 @@ def main(argv: list[str] | None = None) -> None:
     print()
     header = (
         f"{'batching':>8}  {'concurrency':>11}  {'requests':>8}  {'p50 ms':>8}  {'p95 ms':>8}  "
-        f"{'sentences/s':>11}"
+        f"{'sentences/s':>11}  {'per CPU-s':>9}  {'others CPUs':>11}"
     )
     print(header)
     print("-" * len(header))
@@ -326,7 +393,8 @@ def main(argv: list[str] | None = None) -> None:
         done = f"{cell['ok']}" if cell["ok"] == cell["sent"] else f"{cell['ok']}/{cell['sent']}"
         print(
             f"{mode:>8}  {cell['concurrency']:>11}  {done:>8}  {cell['p50']:>8.0f}  "
-            f"{cell['p95']:>8.0f}  {cell['throughput']:>11.2f}"
+            f"{cell['p95']:>8.0f}  {cell['throughput']:>11.2f}  {cell['per_cpu_second']:>9.2f}  "
+            f"{cell['others_cpu']:>11.2f}"
         )
     for mode, cell in rows:
         if cell["errors"] or cell["truncated"]:
@@ -341,7 +409,7 @@ def main(argv: list[str] | None = None) -> None:
     print()
     print("ratios")
     if low != high:
-        for mode in ("off", "on"):
+        for mode in ("off", "on", "grouped"):
             a, b = table[(mode, high)], table[(mode, low)]
             print(
                 f"  batching {mode:>3}: throughput c={high} / c={low} = "
@@ -349,12 +417,28 @@ def main(argv: list[str] | None = None) -> None:
                 f"{a['p50'] / b['p50']:.2f}x"
             )
     for concurrency in args.concurrency:
-        on, off = table[("on", concurrency)], table[("off", concurrency)]
+        off = table[("off", concurrency)]
+        for mode in ("on", "grouped"):
+            cell = table[(mode, concurrency)]
+            print(
+                f"  concurrency {concurrency}: {mode} / off: throughput "
+                f"{cell['throughput'] / off['throughput']:.2f}x, "
+                f"p50 {cell['p50'] / off['p50']:.2f}x, p95 {cell['p95'] / off['p95']:.2f}x, "
+                "sentences per CPU-second "
+                f"{cell['per_cpu_second'] / off['per_cpu_second']:.2f}x"
+            )
+        on, grouped = table[("on", concurrency)], table[("grouped", concurrency)]
         print(
-            f"  concurrency {concurrency}: throughput on / off = "
-            f"{on['throughput'] / off['throughput']:.2f}x, p50 on / off = "
-            f"{on['p50'] / off['p50']:.2f}x, p95 on / off = {on['p95'] / off['p95']:.2f}x"
+            f"  concurrency {concurrency}: grouped / on: throughput "
+            f"{grouped['throughput'] / on['throughput']:.2f}x, p95 "
+            f"{grouped['p95'] / on['p95']:.2f}x"
         )
+    print(
+        "per CPU-s    : sentences per CPU-second this process used (server and clients); "
+        "'others CPUs' is the CPU time other processes used per second of the cell (a "
+        "2-CPU machine is full at 2.0): where others are busy, wall-clock sentences/s is "
+        "not comparable between cells"
+    )
     print(f"total time   : {time.perf_counter() - began:.0f} s")
     print(
         f"load average : {'/'.join(f'{x:.2f}' for x in load_start)} at start, "

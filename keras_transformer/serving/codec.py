@@ -38,7 +38,7 @@ def _dtype_name(dtype: int) -> str:
         return str(dtype)
 
 
-def _json_str(value: Any, limit: int = 200) -> str:
+def json_str(value: Any, limit: int = 200) -> str:
     try:
         text = json.dumps(value, ensure_ascii=False)
     except (TypeError, ValueError):
@@ -64,7 +64,7 @@ def _json_type(value: Any) -> str:
 
 def _type_error(value: Any, dtype: int) -> ServingStatusError:
     return invalid(
-        f"JSON Value: {_json_str(value)} Type: {_json_type(value)} is not of expected type: "
+        f"JSON Value: {json_str(value)} Type: {_json_type(value)} is not of expected type: "
         f"{_dtype_name(dtype)}"
     )
 
@@ -115,11 +115,11 @@ def _leaf_value(value: Any, dtype: int) -> Any:
             try:
                 return value.encode("utf-8")
             except UnicodeEncodeError:
-                raise invalid(f"JSON Value: {_json_str(value)} is not valid UTF-8") from None
+                raise invalid(f"JSON Value: {json_str(value)} is not valid UTF-8") from None
         if isinstance(value, dict):
             if not _is_b64(value):
                 raise invalid(
-                    f"JSON Value: {_json_str(value)} not formatted correctly for base64 data"
+                    f"JSON Value: {json_str(value)} not formatted correctly for base64 data"
                 )
             return _b64decode(value)
         raise _type_error(value, dtype)
@@ -134,7 +134,7 @@ def _leaf_value(value: Any, dtype: int) -> Any:
         if lossy:
             target = {"DT_FLOAT": "float", "DT_DOUBLE": "double"}.get(name, "half")
             raise invalid(
-                f"Cannot convert JSON value: {_json_str(value)} to {target} without loss of "
+                f"Cannot convert JSON value: {json_str(value)} to {target} without loss of "
                 "precision."
             )
         return value
@@ -148,7 +148,7 @@ def _leaf_value(value: Any, dtype: int) -> Any:
             raise _type_error(value, dtype)
         return value
     raise ServingStatusError(
-        "UNIMPLEMENTED", f"Conversion of JSON Value: {_json_str(value)} to type: {name}"
+        "UNIMPLEMENTED", f"Conversion of JSON Value: {json_str(value)} to type: {name}"
     )
 
 
@@ -169,7 +169,7 @@ def _fill(value: Any, level: int, shape: list[int], dtype: int, out: list[Any]) 
     if not isinstance(value, list):
         if level != rank:
             raise invalid(
-                f"JSON Value: {_json_str(value)} found at incorrect level: {level + 1} in the "
+                f"JSON Value: {json_str(value)} found at incorrect level: {level + 1} in the "
                 f"JSON DOM. Expected at level: {rank}"
             )
         out.append(_leaf_value(value, dtype))
@@ -248,7 +248,7 @@ def _instances_to_arrays(instances: Any, input_infos: Mapping[str, Any]) -> dict
             if set(element) != set(names):
                 raise invalid(
                     f"Failed to process element: {index} of 'instances' list. JSON object: "
-                    f"{_json_str(element)} keys must be equal to: {','.join(names)}"
+                    f"{json_str(element)} keys must be equal to: {','.join(names)}"
                 )
         else:
             if is_object(element):
@@ -347,37 +347,6 @@ def make_predict_response(outputs: Mapping[str, np.ndarray], row_format: bool) -
     return {"predictions": [{n: columns[n][i] for n in names} for i in range(batch or 0)]}
 
 
-def parse_json_request(body: bytes) -> dict[str, Any]:
-    """The JSON object of a ``:predict`` body, or INVALID_ARGUMENT saying what is wrong."""
-    if not body.strip():
-        raise invalid("JSON Parse error: The document is empty")
-    try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError as e:
-        message = f"JSON Parse error: Invalid encoding in string. at offset: {e.start}"
-        raise invalid(message) from None
-    try:
-        request = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise invalid(f"JSON Parse error: {e.msg} at offset: {e.pos}") from None
-    except RecursionError:
-        raise invalid("JSON Parse error: the document is nested too deeply") from None
-    if not isinstance(request, dict):
-        raise invalid(f"JSON Value: {_json_str(request)} Is not object")
-    return request
-
-
-def signature_name_of(request: Mapping[str, Any], default: str) -> str:
-    """The request's ``signature_name`` (``default`` when absent or empty)."""
-    name = request.get("signature_name", default)
-    if not isinstance(name, str):
-        raise invalid(
-            f"JSON Value: {_json_str(request)} not formatted correctly. 'signature_name' "
-            "key must be a string value."
-        )
-    return name or default
-
-
 def decode_predict_request(
     request: Mapping[str, Any], input_infos: Mapping[str, Any], signature_name: str
 ) -> tuple[dict[str, np.ndarray], bool]:
@@ -396,17 +365,17 @@ def decode_predict_request(
     has_instances, has_inputs = "instances" in request, "inputs" in request
     if has_instances and has_inputs:
         raise invalid(
-            f"JSON Value: {_json_str(request)} Not formatted correctly expecting only one of "
+            f"JSON Value: {json_str(request)} Not formatted correctly expecting only one of "
             "'inputs' or 'instances' keys to exist "
         )
     if has_instances:
         instances = request["instances"]
         if not isinstance(instances, list):
             raise invalid(
-                f"JSON Value: {_json_str(request)} Excepting 'instances' to be an list/array"
+                f"JSON Value: {json_str(request)} Excepting 'instances' to be an list/array"
             )
         if not instances:
-            raise invalid(f"JSON Value: {_json_str(request)} No values in 'instances' array")
+            raise invalid(f"JSON Value: {json_str(request)} No values in 'instances' array")
         return _instances_to_arrays(instances, input_infos), True
     if has_inputs:
         return _inputs_to_arrays(request["inputs"], input_infos), False

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
+import threading
 from typing import Any
 
 import grpc
@@ -193,6 +194,7 @@ class GrpcServer:
     def start(self) -> None:
         self._server.start()
 
-    def stop(self, grace: float) -> None:
-        """Refuse new RPCs and wait up to ``grace`` seconds for those in flight."""
-        self._server.stop(grace).wait()
+    def stop(self, grace: float) -> threading.Event:
+        """Refuse new RPCs; the returned event is set once those in flight are answered (at
+        most ``grace`` seconds later)."""
+        return self._server.stop(grace)

@@ -18,16 +18,16 @@ import logging
 import re
 import threading
 import urllib.parse
+from collections.abc import Mapping
 from typing import Any
 
 from aiohttp import web
 
 from keras_transformer.serving.codec import (
     decode_predict_request,
+    json_str,
     make_predict_response,
     message_to_dict,
-    parse_json_request,
-    signature_name_of,
 )
 from keras_transformer.serving.core import ServerCore
 from keras_transformer.serving.errors import ServingStatusError, invalid, not_found
@@ -46,6 +46,37 @@ _STATUS_RE = re.compile(
     re.IGNORECASE,
 )
 _V1_RE = re.compile(r"/v1/.*", re.IGNORECASE | re.DOTALL)
+
+
+def parse_json_request(body: bytes) -> dict[str, Any]:
+    """The JSON object of a ``:predict`` body, or INVALID_ARGUMENT saying what is wrong."""
+    if not body.strip():
+        raise invalid("JSON Parse error: The document is empty")
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as e:
+        message = f"JSON Parse error: Invalid encoding in string. at offset: {e.start}"
+        raise invalid(message) from None
+    try:
+        request = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise invalid(f"JSON Parse error: {e.msg} at offset: {e.pos}") from None
+    except RecursionError:
+        raise invalid("JSON Parse error: the document is nested too deeply") from None
+    if not isinstance(request, dict):
+        raise invalid(f"JSON Value: {json_str(request)} Is not object")
+    return request
+
+
+def signature_name_of(request: Mapping[str, Any], default: str) -> str:
+    """The request's ``signature_name`` (``default`` when absent or empty)."""
+    name = request.get("signature_name", default)
+    if not isinstance(name, str):
+        raise invalid(
+            f"JSON Value: {json_str(request)} not formatted correctly. 'signature_name' "
+            "key must be a string value."
+        )
+    return name or default
 
 
 def _spec(name: str, version: str | None, label: str | None) -> tuple[str, int | None, str | None]:

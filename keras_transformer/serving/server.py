@@ -99,12 +99,15 @@ class ServingServer:
 
     def stop(self) -> None:
         """Stop listening, answer the requests in flight, then unload the models."""
-        if self._grpc is not None:
-            self._grpc.stop(self._shutdown_seconds)
+        grpc_stopped = None
+        if self._grpc is not None:  # both APIs stop listening at once, then drain
+            grpc_stopped = self._grpc.stop(self._shutdown_seconds)
             self._grpc = None
         if self._rest is not None:
             self._rest.stop()
             self._rest = None
+        if grpc_stopped is not None:
+            grpc_stopped.wait(self._shutdown_seconds + 10)
         self.core.close()
 
     def __enter__(self) -> ServingServer:
