@@ -1,25 +1,36 @@
-"""REST serving latency and throughput of the exported Multi30k-sized Transformer.
+"""REST serving latency and throughput of the exported Multi30k-sized Transformer, and a soak.
 
 Exports a `Translator` with `keras_transformer.export.export_translator`, serves it with the
 development stand-in (`keras_transformer.serving.server.start_server`, TF Serving's REST
 contract, SignatureDefs run through the TF1 session loader) on loopback, and sends real
 Multi30k validation German sentences, one sentence per `:predict` request (`instances` of
-length 1), from 1 and 8 client threads (each with its own `ServingClient`), with dynamic
-batching off and on. Prints p50/p95 latency and sentences per second side by side, then
-ratios.
+length 1), from 1 and 8 client threads (each with its own `ServingClient`). Three servers run
+side by side: batching `off`, `on` (TF Serving's batching: merge whatever is queued) and
+`grouped` (the stand-in's: batches grouped by length, leaving out requests that would pad more
+than `--max-padding`). The modes take turns on chunks of the sentences (`--rounds`), so a
+change in the machine's load falls on all of them. Prints p50/p95 latency, sentences per
+second, sentences per CPU-second of this process and the CPU other processes took, then ratios.
 
-The model is a trained run (`--run-dir`) or, by default, the architecture of
-`keras_transformer/configs/multi30k_de_en.yaml` (3+3 layers, d_model 256, 4 heads,
-d_ff 1024, shared vocabulary) with random weights and a SentencePiece tokenizer trained
-here on Multi30k's training text (German + English, `--vocab-size`, 8000 like the config).
-A random model almost never emits EOS, so every request decodes to its length limit
-`min(max_length, a * source_tokens + b)` (`--max-length-a/--max-length-b`): the numbers
-are worst-case (full-length) decodes.
+The model is a trained run (`--run-dir`, one that emits EOS) or, by default, the architecture
+of `keras_transformer/configs/multi30k_de_en.yaml` (3+3 layers, d_model 256, 4 heads, d_ff
+1024, shared vocabulary) with random weights and a SentencePiece tokenizer trained here on
+Multi30k's training text (German + English, `--vocab-size`, 8000 like the config). A random
+model almost never emits EOS, so every request decodes to its length limit
+`min(max_length, a * source_tokens + b)` (`--max-length-a/--max-length-b`): the numbers are
+worst-case (full-length) decodes.
 
 Every cell sends the same `--requests` sentences (the first ones of val.de.gz); each server
-first answers `--warmup` unmeasured requests. Run:
+first answers `--warmup` unmeasured requests.
+
+Soak mode (`--soak-minutes M`, 10 for the full soak) starts the stand-in as its own process
+(REST and gRPC, batching on) and sends mixed traffic from `--soak-clients` threads for M
+minutes: REST and gRPC half each, `--soak-bad-fraction` bad requests of six kinds (each must
+get its expected status), and publishes a new version halfway. It reports requests, failed
+valid requests (must be 0), p50/p95, and the server's resident memory at start and end
+(growth must stay under 10%). Run:
 
     python benchmarks/serving.py [--run-dir RUN] [--beam-size 4] [--requests 64]
+    python benchmarks/serving.py --run-dir RUN --soak-minutes 10
 """
 
 from __future__ import annotations
@@ -673,6 +684,9 @@ def soak(args: argparse.Namespace) -> None:
         f"{max(m for _, m in rss):.0f} MiB; growth {100 * (end_mb / start_mb - 1):+.1f}% "
         "(must stay under 10%)"
     )
+    step = max(1, len(rss) // 8)
+    timeline = ", ".join(f"{t:.0f} s {m:.0f}" for t, m in rss[::step] + rss[-1:])
+    print(f"RSS timeline : {timeline} (MiB)")
     print(f"server exit  : {exit_code} after SIGTERM")
     print(
         f"load average : {'/'.join(f'{x:.2f}' for x in load_start)} at start, "
