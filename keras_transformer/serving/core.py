@@ -80,7 +80,9 @@ class ServerCore:
         for manager in self.managers.values():
             manager.close()
 
-    def manager(self, name: str, version: int | None = None, for_status: bool = False):
+    def manager(
+        self, name: str, version: int | None = None, for_status: bool = False
+    ) -> ModelManager:
         """The manager of ``name`` (NOT_FOUND in TF Serving's words when there is none)."""
         if not name:
             raise invalid("ModelSpec has no name specified.")
@@ -92,7 +94,7 @@ class ServerCore:
             raise not_found(f"Servable not found for request: {spec}")
         return manager
 
-    def servable(self, name: str, version: int | None = None, label: str | None = None):
+    def servable(self, name: str, version: int | None = None, label: str | None = None) -> Servable:
         """The servable of a model spec, acquired: ``release()`` it when done."""
         return self.manager(name, version).get(version, label, acquire=True)
 
