@@ -127,8 +127,13 @@ RECIPES = {
 
 
 @functools.cache
-def recipe(name: str) -> tuple[dict, ...]:
+def _built(name: str) -> tuple[dict, ...]:
     return tuple(build(RECIPES[name]))
+
+
+def recipe(name: str) -> list[dict]:
+    """The documents `kubectl apply -k` applies for recipe `name` (a copy to edit freely)."""
+    return copy.deepcopy(list(_built(name)))
 
 
 def find(documents, kind: str, name: str | None = None) -> dict:
@@ -332,6 +337,26 @@ BROKEN = {
 def test_the_schemas_reject_a_broken_manifest(case, version):
     with pytest.raises(jsonschema.ValidationError):
         validate(BROKEN[case](), version)
+
+
+def service_account_problems(documents) -> list[str]:
+    """Pods that run as a service account their recipe does not create."""
+    accounts = {d["metadata"]["name"] for d in documents if d["kind"] == "ServiceAccount"}
+    return [
+        f"{d['kind']} {d['metadata']['name']} runs as {spec.get('serviceAccountName')}"
+        for d in documents
+        for spec in pod_specs(d)
+        if spec.get("serviceAccountName") not in accounts
+    ]
+
+
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_every_pod_runs_as_a_service_account_of_its_recipe(name):
+    documents = recipe(name)
+    assert any(pod_specs(d) for d in documents)
+    assert service_account_problems(documents) == []
+    without = [d for d in documents if d["kind"] != "ServiceAccount"]
+    assert service_account_problems(without)
 
 
 # --- serving: TF Serving, its ConfigMap, KServe ----------------------------------------------
