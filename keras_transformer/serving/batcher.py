@@ -97,9 +97,11 @@ class BatchScheduler:
         options: the batching parameters.
         signatures: the version's SignatureDefs by name.
 
-    Example:
-        >>> scheduler = BatchScheduler(servable.run, BatchOptions(8), servable.signatures)
-        ... # doctest: +SKIP
+    Example (not run as a doctest: it needs a loaded servable):
+
+    ```python
+    scheduler = BatchScheduler(servable.run, BatchOptions(8), servable.signatures)
+    ```
     """
 
     def __init__(

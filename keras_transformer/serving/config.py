@@ -140,9 +140,11 @@ def load_model_server_config(
     Returns:
         The models, in file order.
 
-    Example:
-        >>> load_model_server_config("serving/models.config", True)[0].name  # doctest: +SKIP
-        'transformer'
+    Example (not run as a doctest: it reads a file relative to the project root):
+
+    ```python
+    load_model_server_config("serving/models.config", True)[0].name  # 'transformer'
+    ```
     """
     from tensorflow_serving.config import model_server_config_pb2
 

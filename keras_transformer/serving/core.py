@@ -34,9 +34,13 @@ class ServerCore:
         poll_interval: seconds between scans of the base paths (<= 0: load once).
         max_request_batch_size: most rows (first-dim entries) one request may carry.
 
-    Example:
-        >>> core = ServerCore([single_model_config("toy", "/models/toy")])  # doctest: +SKIP
-        >>> core.start(); core.status("toy")
+    Example (not run as a doctest: it needs an export on disk):
+
+    ```python
+    core = ServerCore([single_model_config("toy", "/models/toy")])
+    core.start()
+    core.status("toy")
+    ```
     """
 
     def __init__(

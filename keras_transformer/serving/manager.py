@@ -53,10 +53,13 @@ class ModelManager:
         session_options: how each version's session is made.
         batching: batching parameters, or None for no batching.
 
-    Example:
-        >>> manager = ModelManager(single_model_config("toy", "/models/toy"))  # doctest: +SKIP
-        >>> manager.scan(); manager.get().version
-        1
+    Example (not run as a doctest: it needs an export on disk):
+
+    ```python
+    manager = ModelManager(single_model_config("toy", "/models/toy"))
+    manager.scan()
+    manager.get().version  # 1
+    ```
     """
 
     def __init__(

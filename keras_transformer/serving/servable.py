@@ -83,9 +83,12 @@ class Servable:
     Raises:
         tf.errors.OpError: the SavedModel does not load (or needs XLA, as INTERNAL).
 
-    Example:
-        >>> servable = Servable("toy", 1, "/models/toy/1")  # doctest: +SKIP
-        >>> servable.predict("serving_default", {"sentences": np.array([b"a"], object)})
+    Example (not run as a doctest: it needs an export on disk):
+
+    ```python
+    servable = Servable("toy", 1, "/models/toy/1")
+    servable.predict("serving_default", {"sentences": np.array([b"a"], object)})
+    ```
     """
 
     def __init__(

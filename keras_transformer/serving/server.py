@@ -195,9 +195,12 @@ def start_server(
     Returns:
         The started server.
 
-    Example:
-        >>> with start_server("exports/transformer", "transformer") as server:  # doctest: +SKIP
-        ...     ServingClient(server.url, "transformer").predict(["Hallo"])
+    Example (not run as a doctest: it needs an export on disk):
+
+    ```python
+    with start_server("exports/transformer", "transformer") as server:
+        ServingClient(server.url, "transformer").predict(["Hallo"])
+    ```
     """
     given = [x is not None for x in (model_base_path, model_config_file, models)]
     if sum(given) != 1:
