@@ -1,10 +1,16 @@
-"""keras_transformer: the encoder-decoder Transformer for machine translation in Keras 3."""
+"""keras_transformer: the encoder-decoder Transformer for machine translation in Keras 3, and
+the encoder-only and decoder-only models built from the same layers."""
 
 import importlib
 
 from keras_transformer import layers, masks
 from keras_transformer.model_config import TransformerConfig
-from keras_transformer.models import PRESETS, Transformer
+from keras_transformer.models import (
+    PRESETS,
+    Transformer,
+    TransformerDecoderModel,
+    TransformerEncoderModel,
+)
 
 __version__ = "0.1.0"
 
@@ -32,6 +38,8 @@ __all__ = [
     "PRESETS",
     "Transformer",
     "TransformerConfig",
+    "TransformerDecoderModel",
+    "TransformerEncoderModel",
     "__version__",
     "layers",
     "masks",

@@ -30,3 +30,10 @@ LR_DECAYS = ("inverse_sqrt", "linear", "cosine")
 
 # Decoding (`decoding.BatchDecoder`, the `translate`/`evaluate`/`export` commands).
 DECODING_METHODS = ("greedy", "beam", "sample")
+
+# Encoder-only models (`TransformerEncoderModel(pooling=...)`): a per-token head when None,
+# else a sequence head over the mean of the real tokens or over the first token.
+POOLINGS = ("mean", "first")
+
+# The experiment's task (`task` in the experiment config, `keras-transformer train`).
+TASKS = ("translation", "tagging", "classification", "language_modeling")
