@@ -33,6 +33,7 @@ import tensorflow as tf
 from keras_transformer.classifier import TextClassifier, TextTagger
 from keras_transformer.export import publish_saved_model
 from keras_transformer.generator import TextGenerator
+from keras_transformer.run_dir import run_task
 
 
 def _model_info(model) -> dict[str, Any]:
@@ -141,22 +142,6 @@ def export_generator(
         check_ops=check_ops,
         allowed_ops=allowed_ops,
     )
-
-
-def run_task(run_dir: str) -> str:
-    """The task a run directory was trained for (`task` of its `config.yaml`; runs without
-    the key are translation runs)."""
-    import os
-
-    import yaml
-
-    from keras_transformer.run_dir import RunPaths
-
-    path = RunPaths(run_dir).config
-    if not os.path.exists(path):
-        return "translation"
-    with open(path, encoding="utf-8") as f:
-        return (yaml.safe_load(f) or {}).get("task", "translation")
 
 
 def export_run(
