@@ -16,11 +16,15 @@ __version__ = "0.1.0"
 
 # Imported on first use: they pull in tensorflow-datasets / tensorflow-text.
 _LAZY_MODULES = (
+    "classifier",
     "data",
     "decoding",
     "evaluation",
     "export",
+    "export_tasks",
+    "generator",
     "serving",
+    "tasks",
     "tokenization",
     "training",
     "translator",

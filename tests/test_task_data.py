@@ -185,3 +185,13 @@ def test_packaged_task_configs_and_task_checks():
         load_config("conll2003_pos", ["training.bleu_every=1"])
     with pytest.raises(ValueError, match=r"unknown key\(s\) \['tagging.tag_feature'\]"):
         load_config("conll2003_pos", ["tagging.tag_feature=ner"])
+
+
+def test_soft_vocabulary_limit_for_small_corpora():
+    """The tasks' tokenizers take `data.vocab_size` as a most: a recipe sized for its TFDS
+    dataset still trains on the small offline set it falls back to."""
+    texts = synthetic.synthetic_text("train[:200]")
+    with pytest.raises(ValueError, match="vocab_size"):
+        train_sentencepiece(texts, vocab_size=4000, seed=0)
+    tokenizer = train_sentencepiece(texts, vocab_size=4000, hard_vocab_limit=False, seed=0)
+    assert 260 < tokenizer.vocab_size < 4000

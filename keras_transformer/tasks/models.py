@@ -35,6 +35,7 @@ class TrainingEncoderModel(DistributedTrainingMixin, TransformerEncoderModel):
 
     Example:
     >>> model = TrainingEncoderModel.from_preset("tiny", vocabulary_size=50, num_classes=3)
+    >>> logits = model(keras.ops.ones((1, 4), "int32"))
     >>> type(model.to_plain()).__name__
     'TransformerEncoderModel'
     """
@@ -50,6 +51,7 @@ class TrainingDecoderModel(DistributedTrainingMixin, TransformerDecoderModel):
 
     Example:
     >>> model = TrainingDecoderModel.from_preset("tiny", vocabulary_size=50)
+    >>> logits = model(keras.ops.ones((1, 4), "int32"))
     >>> type(model.to_plain()).__name__
     'TransformerDecoderModel'
     """
