@@ -98,9 +98,16 @@ def validate_task(config: Any) -> None:
         )
     if task == "classification":
         check_one_of("classification.pooling", config.classification.pooling, POOLINGS)
-    if task == "language_modeling" and d.max_target_length < 2:
+    key = "max_target_length" if task == "language_modeling" else "max_source_length"
+    length = getattr(d, key)
+    if length > config.model.max_length:
+        raise ValueError(
+            f"Received a sequence limit longer than the model's positional table, expected "
+            f"data.{key} <= model.max_length={config.model.max_length}. Received: "
+            f"data.{key}={length}"
+        )
+    if task == "language_modeling" and length < 2:
         raise ValueError(
             "Received an invalid value for `data.max_target_length`, expected at least 2 for "
-            "language modelling (BOS and a token). Received: "
-            f"data.max_target_length={d.max_target_length}"
+            f"language modelling (BOS and a token). Received: data.max_target_length={length}"
         )
