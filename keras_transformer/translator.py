@@ -164,7 +164,9 @@ class Translator:
 
     def _source_ids(self, strings: tf.Tensor) -> tf.RaggedTensor:
         """Tokenized sources (N, None), cut to the model's `max_length` (EOS included)."""
-        ragged = self.source_tokenizer.tokenize(strings)  # (N, None)
+        return self._cut_sources(self.source_tokenizer.tokenize(strings))
+
+    def _cut_sources(self, ragged: tf.RaggedTensor) -> tf.RaggedTensor:
         limit = int(self.model.max_length)
         if not self.source_eos:
             return ragged[:, :limit]
@@ -175,18 +177,18 @@ class Translator:
         model's `max_length`."""
         if not sentences:
             return []
-        strings = tf.constant(list(sentences), tf.string)
+        ragged = self.source_tokenizer.tokenize(tf.constant(list(sentences), tf.string))
         limit = int(self.model.max_length) - int(self.source_eos)
-        for i, length in enumerate(self.source_tokenizer.tokenize(strings).row_lengths()):
-            if int(length) > limit:
+        for i, length in enumerate(ragged.row_lengths().numpy()):
+            if length > limit:
                 logger.warning(
                     "Sentence %d has %d source tokens; keeping the first %d (the model's "
                     "max_length).",
                     i,
-                    int(length),
+                    length,
                     limit,
                 )
-        return [np.asarray(row, np.int32) for row in self._source_ids(strings).to_list()]
+        return [np.asarray(row, np.int32) for row in self._cut_sources(ragged).to_list()]
 
     def decode_ids(
         self, source_ids: Sequence[np.ndarray], progress: bool = False

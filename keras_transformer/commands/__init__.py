@@ -8,7 +8,7 @@ SUMMARIES: dict[str, str] = {
     "train": "Train a model for a task (translation, tagging, classification, language "
     "modeling) from a YAML/JSON config (--config FILE --set key=value).",
     "export": "Export a trained run as a string-in/string-out SavedModel for TF Serving.",
-    "serve": "Serve exports with TF Serving's REST API (development stand-in, not TF Serving).",
+    "serve": "Serve exports with TF Serving's REST and gRPC APIs (a development stand-in).",
     "translate": "Translate sentences (arguments, a file or stdin) with a trained run.",
     "generate": "Continue prompts (arguments, a file or stdin) with a trained language model.",
     "evaluate": "Score a trained run on a test set: BLEU and chrF (translation), accuracy "

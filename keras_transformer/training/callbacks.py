@@ -151,6 +151,8 @@ def make_callbacks(
     max_minutes: float | None = None,
     start: float | None = None,
     bleu: keras.callbacks.Callback | None = None,
+    schedule=None,
+    planned_steps: int | None = None,
 ) -> list[keras.callbacks.Callback]:
     """The callbacks of a training run, in a working order.
 
@@ -173,14 +175,17 @@ def make_callbacks(
         start: `time.monotonic()` at the start of the run.
         bleu: a `bleu.BleuCallback`, placed before the logging callbacks so they see
             `val_bleu`.
+        schedule: the optimizer's `TransformerSchedule`: with `max_minutes` and a linear
+            or cosine decay, `budget.BudgetHorizon` ends the decay with the budget.
+        planned_steps: `epochs * steps_per_epoch`, the decay's end without a budget.
 
     Returns:
         `[TerminateOnNaN, ResumableBackupAndRestore, SwapEMAWeights, TimeBudget,
-        EpochWeights, ModelCheckpoint x2, BleuCallback, TensorBoard, EarlyStopping,
-        FinalizeEMAOnStop]`, without the disabled ones. Callbacks that may stop training
-        belong before `FinalizeEMAOnStop`.
+        EpochWeights, ModelCheckpoint x2, BleuCallback, BudgetHorizon, TensorBoard,
+        EarlyStopping, FinalizeEMAOnStop]`, without the disabled ones. Callbacks that may
+        stop training belong before `FinalizeEMAOnStop`.
     """
-    from keras_transformer.training.budget import EpochWeights, TimeBudget
+    from keras_transformer.training.budget import BudgetHorizon, EpochWeights, TimeBudget
 
     callbacks: list[keras.callbacks.Callback] = [keras.callbacks.TerminateOnNaN()]
     if backup_dir:
@@ -214,6 +219,8 @@ def make_callbacks(
         )
     if bleu is not None:
         callbacks.append(bleu)
+    if max_minutes is not None and getattr(schedule, "horizon", None) is not None:
+        callbacks.append(BudgetHorizon(schedule, max_minutes, start, planned_steps))
     if log_dir:
         if tensorboard_available():
             callbacks.append(keras.callbacks.TensorBoard(log_dir=log_dir, update_freq="epoch"))

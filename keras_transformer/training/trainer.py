@@ -128,6 +128,7 @@ def compile_model(
     model: keras.Model,
     *,
     label_smoothing: float = 0.1,
+    learning_rate: TransformerSchedule | None = None,
     warmup_steps: int = 4000,
     learning_rate_scale: float = 1.0,
     lr_decay: str = "inverse_sqrt",
@@ -154,6 +155,8 @@ def compile_model(
     Args:
         model: the model (a `TrainingTransformer` for distributed training).
         label_smoothing: the loss' smoothing rate.
+        learning_rate: the schedule; by default a `TransformerSchedule` from the next four
+            arguments.
         warmup_steps: the schedule's warmup.
         learning_rate_scale: factor on the schedule.
         lr_decay: the schedule's decay after the warmup (`TransformerSchedule`).
@@ -174,7 +177,7 @@ def compile_model(
     Returns:
         `model`, compiled.
     """
-    schedule = TransformerSchedule(
+    schedule = learning_rate or TransformerSchedule(
         model.d_model, warmup_steps, learning_rate_scale, decay=lr_decay, total_steps=total_steps
     )
     optimizer = keras.optimizers.Adam(
@@ -374,13 +377,17 @@ def train(
 
     with strategy.scope():
         model = build_model(config, tokenizers[0].vocab_size, tokenizers[1].vocab_size)
+        schedule = TransformerSchedule(
+            model.d_model,
+            t.warmup_steps,
+            t.learning_rate_scale,
+            decay=t.lr_decay,
+            total_steps=t.epochs * steps_per_epoch,
+        )
         compile_model(
             model,
             label_smoothing=t.label_smoothing,
-            warmup_steps=t.warmup_steps,
-            learning_rate_scale=t.learning_rate_scale,
-            lr_decay=t.lr_decay,
-            total_steps=t.epochs * steps_per_epoch,
+            learning_rate=schedule,
             use_ema=t.use_ema,
             ema_momentum=t.ema_momentum,
             beta_1=t.beta_1,
@@ -417,6 +424,8 @@ def train(
         max_minutes=t.max_minutes,
         start=start,
         bleu=bleu,
+        schedule=schedule,
+        planned_steps=t.epochs * steps_per_epoch,
     )
     callbacks += list(extra_callbacks or [])
     history = model.fit(
