@@ -95,6 +95,7 @@ def train_task(
     from keras_transformer.training.averaging import average_weights
     from keras_transformer.training.budget import epoch_weight_files
     from keras_transformer.training.callbacks import make_callbacks
+    from keras_transformer.training.schedules import TransformerSchedule
     from keras_transformer.training.strategies import is_chief, make_strategy, worker_id
     from keras_transformer.training.trainer import (
         KEEP_EPOCH_WEIGHTS,
@@ -141,12 +142,16 @@ def train_task(
     with strategy.scope():
         model = build_task_model(config, tokenizer.vocab_size, train_data.labels)
         loss, metrics = task_loss_and_metrics(config.task, t.label_smoothing)
+        schedule = TransformerSchedule(
+            model.d_model,
+            t.warmup_steps,
+            t.learning_rate_scale,
+            decay=t.lr_decay,
+            total_steps=t.epochs * steps_per_epoch,
+        )
         compile_model(
             model,
-            warmup_steps=t.warmup_steps,
-            learning_rate_scale=t.learning_rate_scale,
-            lr_decay=t.lr_decay,
-            total_steps=t.epochs * steps_per_epoch,
+            learning_rate=schedule,
             use_ema=t.use_ema,
             ema_momentum=t.ema_momentum,
             beta_1=t.beta_1,
@@ -175,6 +180,8 @@ def train_task(
         use_ema=t.use_ema,
         max_minutes=t.max_minutes,
         start=start,
+        schedule=schedule,
+        planned_steps=t.epochs * steps_per_epoch,
     )
     callbacks += list(extra_callbacks or [])
     history = model.fit(
