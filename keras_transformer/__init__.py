@@ -1,20 +1,30 @@
-"""keras_transformer: the encoder-decoder Transformer for machine translation in Keras 3."""
+"""keras_transformer: the encoder-decoder Transformer for machine translation in Keras 3, and
+the encoder-only and decoder-only models built from the same layers."""
 
 import importlib
 
 from keras_transformer import layers, masks
 from keras_transformer.model_config import TransformerConfig
-from keras_transformer.models import PRESETS, Transformer
+from keras_transformer.models import (
+    PRESETS,
+    Transformer,
+    TransformerDecoderModel,
+    TransformerEncoderModel,
+)
 
 __version__ = "0.1.0"
 
 # Imported on first use: they pull in tensorflow-datasets / tensorflow-text.
 _LAZY_MODULES = (
+    "classifier",
     "data",
     "decoding",
     "evaluation",
     "export",
+    "export_tasks",
+    "generator",
     "serving",
+    "tasks",
     "tokenization",
     "training",
     "translator",
@@ -32,6 +42,8 @@ __all__ = [
     "PRESETS",
     "Transformer",
     "TransformerConfig",
+    "TransformerDecoderModel",
+    "TransformerEncoderModel",
     "__version__",
     "layers",
     "masks",

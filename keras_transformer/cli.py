@@ -39,7 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
     _register_available_commands()
     parser = argparse.ArgumentParser(
         prog="keras-transformer",
-        description="Train, evaluate, export and serve Transformer translation models.",
+        description="Train, evaluate, export and serve Transformer models: translation, "
+        "tagging, classification and language modeling.",
     )
     parser.add_argument("--log-level", default="INFO", help="Python logging level (default: INFO).")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)

@@ -6,7 +6,9 @@ with `dacite` (unknown keys and values of the wrong type are errors that name th
 checks the values (`ExperimentConfig.validate`, with the rules of
 `keras_transformer.validation`). The `model` section is the architecture of
 `keras_transformer.model_config` without the vocabulary sizes, which come from the
-tokenizers.
+tokenizers. `task` (default `"translation"`) picks the task; the `tagging`,
+`classification` and `language_modeling` sections are those tasks' own options
+(`keras_transformer.tasks.config`, which also says how they read the other sections).
 """
 
 from __future__ import annotations
@@ -26,6 +28,12 @@ from keras_transformer.constants import (
     TOKENIZER_MODEL_TYPES,
 )
 from keras_transformer.model_config import ArchitectureConfig, TransformerConfig
+from keras_transformer.tasks.config import (
+    ClassificationConfig,
+    LanguageModelingConfig,
+    TaggingConfig,
+    validate_task,
+)
 from keras_transformer.validation import (
     check_architecture,
     check_non_negative_int,
@@ -207,12 +215,20 @@ class TrainingConfig:
 class ExperimentConfig:
     """A training experiment: `model`, `data` and `training` sections.
 
-    Load one with `load_config(path, overrides)`; `validate()` checks the values.
+    Load one with `load_config(path, overrides)`; `validate()` checks the values. `task`
+    is one of `constants.TASKS`; the sections named after the other tasks are read only by
+    their task.
     """
 
     model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
     data: DataConfig = dataclasses.field(default_factory=DataConfig)
     training: TrainingConfig = dataclasses.field(default_factory=TrainingConfig)
+    task: str = "translation"
+    tagging: TaggingConfig = dataclasses.field(default_factory=TaggingConfig)
+    classification: ClassificationConfig = dataclasses.field(default_factory=ClassificationConfig)
+    language_modeling: LanguageModelingConfig = dataclasses.field(
+        default_factory=LanguageModelingConfig
+    )
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -266,7 +282,10 @@ class ExperimentConfig:
                 f"data.tokens_per_batch={d.tokens_per_batch}"
             )
         check_one_of("data.tokenizer_model_type", d.tokenizer_model_type, TOKENIZER_MODEL_TYPES)
-        if max(d.max_source_length, d.max_target_length) > m.max_length:
+        # (The other tasks read one of the two: `tasks.config.validate_task` checks it.)
+        if self.task == "translation" and max(d.max_source_length, d.max_target_length) > (
+            m.max_length
+        ):
             raise ValueError(
                 "Received sequence limits longer than the model's positional table, expected "
                 "data.max_source_length and data.max_target_length <= model.max_length="
@@ -319,6 +338,7 @@ class ExperimentConfig:
                 "Received an invalid value for `training.run_dir`, expected a folder path. "
                 f"Received: training.run_dir={t.run_dir!r}"
             )
+        validate_task(self)
         return self
 
 
@@ -466,3 +486,8 @@ def _value_at(values: dict[str, Any], path: str) -> Any:
 _DACITE_CONFIG = dacite.Config(strict=True, type_hooks={float: _float_from_number})
 _SECTIONS: dict[str, type] = {}
 _SECTIONS.update(model=ModelConfig, data=DataConfig, training=TrainingConfig)
+_SECTIONS.update(
+    tagging=TaggingConfig,
+    classification=ClassificationConfig,
+    language_modeling=LanguageModelingConfig,
+)

@@ -11,6 +11,9 @@ PAD_ID = 0
 UNK_ID = 1
 BOS_ID = 2
 EOS_ID = 3
+# Tagging labels (`data.task_pipeline`): tag k of a dataset is label id k + 1, and id 0 marks
+# what has no tag (the pieces after a word's first one, and padding), as PAD_ID does.
+NO_TAG_ID = 0
 
 # Tokenizers (`tokenization.train_sentencepiece`, `data.tokenizer_model_type`).
 TOKENIZER_MODEL_TYPES = ("unigram", "bpe")
@@ -30,3 +33,17 @@ LR_DECAYS = ("inverse_sqrt", "linear", "cosine")
 
 # Decoding (`decoding.BatchDecoder`, the `translate`/`evaluate`/`export` commands).
 DECODING_METHODS = ("greedy", "beam", "sample")
+
+# Encoder-only models (`TransformerEncoderModel(pooling=...)`): a per-token head when None,
+# else a sequence head over the mean of the real tokens or over the first token.
+POOLINGS = ("mean", "first")
+
+# The experiment's task (`task` in the experiment config, `keras-transformer train`).
+TASKS = ("translation", "tagging", "classification", "language_modeling")
+# The generated offline dataset of each task but translation (`data.synthetic`): a config's
+# `data.source` may name it, and it is the fallback when TFDS cannot load the source.
+OFFLINE_DATASETS = {
+    "tagging": "synthetic_pos",
+    "classification": "synthetic_sentiment",
+    "language_modeling": "synthetic_text",
+}

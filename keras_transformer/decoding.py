@@ -7,6 +7,10 @@ encoder runs once, the cross-attention keys/values are projected once
 fixed length `num_steps`. Token `t` of the output sits at decoder position `t + 1` (position
 0 holds BOS).
 
+The model is anything with `pad_id`, `max_length`, `encode`, `init_decoding_cache` and
+`decode_step`: the `Transformer`, or the decoder-only `TransformerDecoderModel`, whose
+"source" is the prompt (each output then holds the prompt, then its continuation).
+
 Two layers of API:
 
 - Graph functions, usable inside any `tf.function` (with or without XLA) and in an exported

@@ -131,6 +131,65 @@ def export_translator(
     # 'exports/transformer/1'
     ```
     """
+    tokenizers = [translator.source_tokenizer]
+    if translator.target_tokenizer is not translator.source_tokenizer:
+        tokenizers.append(translator.target_tokenizer)
+    info = {
+        "decoding": {
+            "method": translator.method,
+            "beam_size": translator.beam_size,
+            "length_penalty": translator.length_penalty,
+            "max_length": translator.decoder.max_length,
+            "max_length_a": translator.decoder.max_length_a,
+            "max_length_b": translator.decoder.max_length_b,
+        },
+        "source_eos": translator.source_eos,
+        "model": translator.model.transformer_config().to_dict(),
+    }
+    return publish_saved_model(
+        base_path,
+        model_name,
+        version,
+        track=[translator.model, *tokenizers],
+        endpoints=_serving_functions(translator),
+        info=info,
+        check_ops=check_ops,
+        allowed_ops=allowed_ops,
+    )
+
+
+def publish_saved_model(
+    base_path: str,
+    model_name: str,
+    version: int | None,
+    *,
+    track: Iterable,
+    endpoints: dict[str, tf.types.experimental.GenericFunction],
+    info: dict,
+    check_ops: bool = True,
+    allowed_ops: Iterable[str] | None = None,
+) -> str:
+    """Writes a SavedModel of `endpoints` to `base_path/model_name/version`, atomically.
+
+    The steps every export of the package takes (`export_translator`,
+    `keras_transformer.export_tasks`): a hidden temporary folder, `keras.export.
+    ExportArchive` tracking `track` (models, tokenizers), `assets.extra/export_info.json`
+    (`info` plus the versions and signature names), the TF Serving op check, then one
+    rename into place; nothing is left behind on failure.
+
+    Args:
+        base_path: the parent of the model's folder.
+        model_name: the model's folder (TF Serving's model name).
+        version: a positive integer, or None for the next free one.
+        track: the resources the endpoints use.
+        endpoints: signature name -> `tf.function` with an input signature.
+        info: what `export_info.json` says about the model and its settings.
+        check_ops: refuse ops that TF Serving does not ship, and XLA.
+        allowed_ops: the allow-list for that check; defaults to the packaged one.
+
+    Returns:
+        The path of the published version folder.
+    """
     if not model_name or os.sep in model_name or model_name.startswith("."):
         raise ValueError(
             "Received an invalid value for argument `model_name`, expected a plain folder "
@@ -152,15 +211,13 @@ def export_translator(
     tmp_dir = os.path.join(model_dir, f"{_TMP_PREFIX}{version}-{uuid.uuid4().hex[:8]}")
     try:
         archive = keras.export.ExportArchive()
-        archive.track(translator.model)
-        archive.track(translator.source_tokenizer)
-        if translator.target_tokenizer is not translator.source_tokenizer:
-            archive.track(translator.target_tokenizer)
-        for name, fn in _serving_functions(translator).items():
+        for resource in track:
+            archive.track(resource)
+        for name, fn in endpoints.items():
             fn.get_concrete_function()  # trace now: a ready tf.function keeps autograph
             archive.add_endpoint(name, fn)
         archive.write_out(tmp_dir, verbose=False)
-        _write_export_info(tmp_dir, translator, version)
+        _write_export_info(tmp_dir, version, list(endpoints), info)
         if check_ops:
             from keras_transformer.serving.ops import check_serving_ops
 
@@ -175,25 +232,16 @@ def export_translator(
     return final_dir
 
 
-def _write_export_info(export_dir: str, translator: Translator, version: int) -> None:
-    """`assets.extra/export_info.json`: what was exported and how it decodes."""
+def _write_export_info(export_dir: str, version: int, signatures: list[str], info: dict) -> None:
+    """`assets.extra/export_info.json`: what was exported and how it runs."""
     from keras_transformer import __version__
 
     info = {
         "keras_transformer_version": __version__,
         "tensorflow_version": tf.__version__,
         "version": version,
-        "signatures": list(SIGNATURES),
-        "decoding": {
-            "method": translator.method,
-            "beam_size": translator.beam_size,
-            "length_penalty": translator.length_penalty,
-            "max_length": translator.decoder.max_length,
-            "max_length_a": translator.decoder.max_length_a,
-            "max_length_b": translator.decoder.max_length_b,
-        },
-        "source_eos": translator.source_eos,
-        "model": translator.model.transformer_config().to_dict(),
+        "signatures": signatures,
+        **info,
     }
     extra = os.path.join(export_dir, "assets.extra")
     os.makedirs(extra, exist_ok=True)

@@ -8,7 +8,11 @@ RUN_DIR/
   tokenizers/target/spm.model  ... of the target side (same file content when shared)
   checkpoints/, backup/, logs/ training state (see `keras_transformer.training`)
   bleu.jsonl                   validation BLEU against training minutes (`training.bleu_every`)
+  labels.txt                   tagging and classification: the label names, in id order
 ```
+
+A tagging, classification or language-modelling run (`task` in `config.yaml`) has one
+tokenizer, saved as both `tokenizers/source` and `tokenizers/target`.
 """
 
 from __future__ import annotations
@@ -71,6 +75,18 @@ def trained_with_source_eos(root: str) -> bool:
     with open(path, encoding="utf-8") as f:
         config = yaml.safe_load(f) or {}
     return bool((config.get("data") or {}).get("source_eos", False))
+
+
+def run_task(root: str) -> str:
+    """The task a run directory was trained for: `task` of its `config.yaml`; runs without
+    the key (or without the file) are translation runs."""
+    import yaml
+
+    path = RunPaths(root).config
+    if not os.path.exists(path):
+        return "translation"
+    with open(path, encoding="utf-8") as f:
+        return (yaml.safe_load(f) or {}).get("task", "translation")
 
 
 def load_run(root: str):

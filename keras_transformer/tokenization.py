@@ -323,6 +323,7 @@ def train_sentencepiece(
     normalization: str = "nmt_nfkc",
     character_coverage: float = 1.0,
     byte_fallback: bool = True,
+    hard_vocab_limit: bool = True,
     max_sentences: int = 2_000_000,
     seed: int | None = None,
     num_threads: int | None = None,
@@ -344,6 +345,9 @@ def train_sentencepiece(
         character_coverage: the share of characters the vocabulary covers as pieces.
         byte_fallback: whether characters outside the vocabulary become UTF-8 byte pieces
             (which detokenize exactly) instead of `<unk>`. Needs 256 ids of the vocabulary.
+        hard_vocab_limit: the model has exactly `vocab_size` pieces (True), or at most that
+            many, fewer when the corpus has too few distinct pieces (False, SentencePiece's
+            soft limit).
         max_sentences: at most this many sentences, sampled at random, are used for training.
         seed: seed of SentencePiece's random generator (sampling of sentences).
         num_threads: trainer threads; defaults to the number of CPUs.
@@ -383,6 +387,7 @@ def train_sentencepiece(
             normalization_rule_name=normalization,
             character_coverage=float(character_coverage),
             byte_fallback=bool(byte_fallback),
+            hard_vocab_limit=bool(hard_vocab_limit),
             input_sentence_size=max_sentences,
             shuffle_input_sentence=True,
             pad_id=PAD_ID,

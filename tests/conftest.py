@@ -20,9 +20,15 @@ tf.config.set_logical_device_configuration(
 )
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def two_cpu_strategy() -> tf.distribute.MirroredStrategy:
-    """A `MirroredStrategy` over two logical CPU devices."""
+    """A `MirroredStrategy` over two logical CPU devices, one for the whole session.
+
+    Every new `MirroredStrategy` numbers its collective ops from the same keys, and the
+    process' collective executor keeps what it learned of each key: a second strategy
+    whose models differ from the first's then fails with "Shape mismatch in the collective
+    instance 100". One strategy keeps numbering on.
+    """
     return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 
 

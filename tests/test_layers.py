@@ -61,6 +61,18 @@ CASES = {
         lambda: [_source_ids()[:, :T], np.random.rand(B, S, D).astype("float32")],
         (B, T, D),
     ),
+    "decoder_layer_without_cross_attention": (
+        lambda: layers.DecoderLayer(num_heads=H, d_ff=F, use_cross_attention=False),
+        lambda: [np.random.rand(B, T, D).astype("float32")],
+        (B, T, D),
+    ),
+    "decoder_without_cross_attention": (
+        lambda: layers.Decoder(
+            V, num_layers=2, d_model=D, num_heads=H, d_ff=F, use_cross_attention=False
+        ),
+        lambda: [_source_ids()[:, :T]],
+        (B, T, D),
+    ),
 }
 
 
@@ -205,3 +217,43 @@ def test_invalid_arguments_raise_value_error_naming_them(factory, message):
 def test_encoder_layer_rejects_d_model_not_divisible_by_heads():
     with pytest.raises(ValueError, match="Received: d_model=10"):
         layers.EncoderLayer(num_heads=3, d_ff=8)(np.zeros((1, 2, 10), "float32"))
+
+
+def test_decoder_layer_without_cross_attention_is_the_same_block_minus_one_sublayer():
+    """Same sublayers, names and numbers as the full block when cross-attention is removed
+    from its computation; the encoder-decoder block keeps every weight it had."""
+    x = np.random.rand(B, T, D).astype("float32")
+    full = layers.DecoderLayer(num_heads=H, d_ff=F)
+    full(x, np.random.rand(B, S, D).astype("float32"))
+    causal = layers.DecoderLayer(num_heads=H, d_ff=F, use_cross_attention=False)
+    causal(x)
+    full_paths = {w.path.split("/", 1)[1] for w in full.weights}
+    causal_paths = {w.path.split("/", 1)[1] for w in causal.weights}
+    assert causal_paths == {p for p in full_paths if not p.startswith("cross_attention")}
+    assert any(p.startswith("cross_attention") for p in full_paths)
+    by_path = {w.path.split("/", 1)[1]: w for w in full.weights}
+    for weight in causal.weights:
+        weight.assign(by_path[weight.path.split("/", 1)[1]])
+    # The causal block is the full block's self-attention and feed-forward: recompute it
+    # from the full block's sublayers.
+    h, _ = full._residual(
+        "self_attention",
+        tf.convert_to_tensor(x),
+        lambda h: full.self_attention(h, h, attention_mask=masks.causal_mask(T)),
+    )
+    h, _ = full._residual("feed_forward", h, full.feed_forward)
+    np.testing.assert_allclose(causal(x), h, atol=1e-6)
+
+
+def test_decoder_without_cross_attention_refuses_encoder_inputs():
+    decoder = layers.Decoder(
+        V, num_layers=1, d_model=D, num_heads=H, d_ff=F, use_cross_attention=False
+    )
+    ids = _source_ids()[:, :T]
+    with pytest.raises(ValueError, match=r"without cross-attention.*\['encoder_output'\]"):
+        decoder(ids, np.random.rand(B, S, D).astype("float32"))
+    with pytest.raises(ValueError, match="no encoder to attend"):
+        decoder.compute_cross_attention_cache(np.random.rand(B, S, D).astype("float32"))
+    layer = layers.DecoderLayer(num_heads=H, d_ff=F, use_cross_attention=False)
+    with pytest.raises(ValueError, match=r"\['encoder_padding_mask'\]"):
+        layer(np.random.rand(B, T, D).astype("float32"), encoder_padding_mask=np.ones((B, S)))

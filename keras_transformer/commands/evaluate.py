@@ -1,11 +1,16 @@
-"""`keras-transformer evaluate RUN_DIR`: translate a test set and score it with sacreBLEU.
+"""`keras-transformer evaluate RUN_DIR`: score a trained run on a test set.
 
-The test set is a split of a corpus known to `keras_transformer.data.load_parallel_dataset`
+A translation run translates the test set and scores it with sacreBLEU. The test set is a
+split of a corpus known to `keras_transformer.data.load_parallel_dataset`
 (`--data multi30k/de-en --split test`, a TFDS name, or a TSV file), or two line-aligned
 files (`--source-file`, `--reference-file`). Scores (BLEU and chrF by default) are computed
 on the detokenized translations against the raw references and printed with sacreBLEU's
 signature; `--output` gets the translations, `--details` one JSON line of sentence scores
 per sentence, `--scores-json` the corpus scores and signatures.
+
+A tagging, classification or language-modelling run reports its task's metric (accuracy,
+or perplexity) on `--split` of its own data (`--data` another TFDS name or offline set),
+with `keras_transformer.tasks.evaluation.evaluate_run`; `--scores-json` gets the scores.
 
 Example:
 
@@ -34,9 +39,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     data = parser.add_argument_group("data")
     data.add_argument(
         "--data",
-        default="multi30k",
+        default=None,
         help='A corpus for load_parallel_dataset: "multi30k", "multi30k/de-en", a TFDS '
-        'name or a TSV file (default: "multi30k").',
+        'name or a TSV file (default: "multi30k"); for the other tasks, a TFDS name or '
+        "the task's offline set (default: the run's data.source).",
     )
     data.add_argument("--split", default="test", help="The split (default: test).")
     data.add_argument("--source-lang", default=None, help="Source language / feature.")
@@ -93,7 +99,7 @@ def load_test_set(args: argparse.Namespace) -> tuple[list[str], list[str]]:
         from keras_transformer.data import load_parallel_dataset
 
         pairs = load_parallel_dataset(
-            args.data,
+            args.data or "multi30k",
             split=args.split,
             source_lang=args.source_lang,
             target_lang=args.target_lang,
@@ -111,8 +117,31 @@ def load_test_set(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     return sources, references
 
 
+def evaluate_task_run(args: argparse.Namespace) -> int:
+    """Scores a tagging, classification or language-modelling run."""
+    from keras_transformer.tasks.evaluation import evaluate_run
+
+    result = evaluate_run(
+        args.run_dir,
+        args.split,
+        source=args.data,
+        data_dir=args.data_dir,
+        max_examples=args.max_sentences,
+    )
+    print(result.format())  # noqa: T201 - the command's output
+    if args.scores_json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.scores_json)), exist_ok=True)
+        with open(args.scores_json, "w", encoding="utf-8") as f:
+            json.dump({**result.to_dict(), "run_dir": args.run_dir}, f, indent=2)
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from keras_transformer.evaluation import evaluate_translator
+    from keras_transformer.run_dir import run_task
+
+    if run_task(args.run_dir) != "translation":
+        return evaluate_task_run(args)
 
     try:
         sources, references = load_test_set(args)
@@ -139,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
         summary.update(
             {
                 "run_dir": args.run_dir,
-                "data": args.source_file or f"{args.data}:{args.split}",
+                "data": args.source_file or f"{args.data or 'multi30k'}:{args.split}",
                 "method": translator.method,
                 "beam_size": translator.beam_size,
                 "length_penalty": translator.length_penalty,

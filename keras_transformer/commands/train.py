@@ -1,4 +1,9 @@
-"""`keras-transformer train --config FILE [--set key=value ...]`: train from a config."""
+"""`keras-transformer train --config FILE [--set key=value ...]`: train from a config.
+
+The config's `task` (translation by default; `tagging`, `classification`,
+`language_modeling`) picks what is trained: `--config synthetic_sentiment` or
+`--set task=classification`.
+"""
 
 from __future__ import annotations
 
@@ -12,8 +17,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--config",
         required=True,
-        help="YAML/JSON experiment config, or the name of a packaged one "
-        "(multi30k_de_en, ted_hrlr_pt_en).",
+        help="YAML/JSON experiment config, or the name of a packaged one (multi30k_de_en, "
+        "ted_hrlr_pt_en, conll2003_pos, imdb_reviews, tiny_shakespeare).",
     )
     parser.add_argument(
         "--set",

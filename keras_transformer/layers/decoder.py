@@ -1,4 +1,5 @@
-"""The decoder stack: embedding + N decoder layers (+ final LayerNorm when pre-norm)."""
+"""The decoder stack: embedding + N decoder layers (+ final LayerNorm when pre-norm), with or
+without cross-attention."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ class Decoder(StackBase):
 
     Returns hidden states; `logits()` projects them onto the vocabulary through the
     embedding's reverse projection (the transposed embedding matrix when `tie_weights`).
+    With `use_cross_attention=False` its layers attend over the target only (a decoder-only
+    language model's stack), and every encoder argument must be left out.
 
     Args:
         vocabulary_size: target vocabulary size.
@@ -32,13 +35,16 @@ class Decoder(StackBase):
         pad_id: padding id, used to derive the padding mask when none is passed.
         tie_weights: project to logits with the transposed embedding matrix (True, as in
             the paper) or a separate (d_model, V) matrix (False).
+        use_cross_attention: layers attend over an encoder output (True, the paper) or not
+            (False: a decoder-only stack).
         embedding: optional `TransformerEmbedding` to use instead of creating one (for
             sharing it with the encoder); not part of the config.
         **kwargs: base layer arguments.
 
     Call arguments:
         token_ids: int (B, T).
-        encoder_output: (B, S, d_model); may be `None` with `cross_attention_cache`.
+        encoder_output: (B, S, d_model); may be `None` with `cross_attention_cache`, and
+            must be `None` without cross-attention.
         padding_mask: optional bool (B, T); defaults to `token_ids != pad_id`.
         encoder_padding_mask: optional bool (B, S), True at real source tokens.
         cache: optional self-attention cache (`init_cache`): a tuple of N per-layer
@@ -48,7 +54,8 @@ class Decoder(StackBase):
         cross_attention_cache: optional precomputed encoder keys/values
             (`compute_cross_attention_cache`): a tuple of N (B, 2, S, H, D) tensors.
         return_attention_scores: also return `{"self_attention": [...],
-            "cross_attention": [...]}`, per-layer weights (B, H, T, T) and (B, H, T, S).
+            "cross_attention": [...]}`, per-layer weights (B, H, T, T) and (B, H, T, S)
+            (no `"cross_attention"` key without cross-attention).
         training: whether dropout is active.
 
     Returns:
@@ -60,16 +67,24 @@ class Decoder(StackBase):
     >>> hidden = decoder(keras.ops.ones((2, 5), "int32"), keras.ops.ones((2, 7, 16)))
     >>> tuple(decoder.logits(hidden).shape)
     (2, 5, 100)
+    >>> causal = Decoder(100, num_layers=2, d_model=16, num_heads=2, d_ff=32,
+    ...                  use_cross_attention=False)
+    >>> tuple(causal(keras.ops.ones((2, 5), "int32")).shape)
+    (2, 5, 16)
     """
 
     layer_class = DecoderLayer
 
-    def __init__(self, *args, tie_weights: bool = True, **kwargs):
+    def __init__(self, *args, tie_weights: bool = True, use_cross_attention: bool = True, **kwargs):
         self.tie_weights = bool(tie_weights)
+        self.use_cross_attention = bool(use_cross_attention)
         super().__init__(*args, **kwargs)
 
     def _ties_embedding_weights(self) -> bool:
         return self.tie_weights
+
+    def _layer_kwargs(self) -> dict:
+        return {"use_cross_attention": self.use_cross_attention}
 
     def build(self, token_ids_shape, encoder_output_shape=None):
         self._build_stack(token_ids_shape)
@@ -97,36 +112,65 @@ class Decoder(StackBase):
                     f"Received an invalid value for argument `{name}`, expected a tuple of "
                     f"{self.num_layers} per-layer tensors. Received: {len(value)} entries"
                 )
+        if not self.use_cross_attention:
+            given = [
+                name
+                for name, value in (
+                    ("encoder_output", encoder_output),
+                    ("encoder_padding_mask", encoder_padding_mask),
+                    ("cross_attention_cache", cross_attention_cache),
+                )
+                if value is not None
+            ]
+            if given:
+                raise ValueError(
+                    "Received encoder inputs for a `Decoder` without cross-attention "
+                    f"(use_cross_attention=False): {given}. Pass none of them."
+                )
         if padding_mask is None and cache is None:
             padding_mask = masks.padding_mask(token_ids, self.pad_id)  # (B, T)
         start_index = 0 if cache is None else cache_update_index
         x = self.embedding(token_ids, start_index=start_index, training=training)  # (B, T, D)
         self_weights, cross_weights, new_caches = [], [], []
         for i, layer in enumerate(self.layers_):
+            # Without cross-attention the encoder arguments are left out, not passed as
+            # None: a rematerialized layer passes its positional arguments to
+            # `tf.recompute_grad`, which takes tensors only.
+            encoder_arguments = (
+                {
+                    "encoder_padding_mask": encoder_padding_mask,
+                    "cross_attention_cache": (
+                        None if cross_attention_cache is None else cross_attention_cache[i]
+                    ),
+                }
+                if self.use_cross_attention
+                else {}
+            )
             outputs = layer(
                 x,
-                encoder_output,
+                *((encoder_output,) if self.use_cross_attention else ()),
                 decoder_padding_mask=padding_mask,
-                encoder_padding_mask=encoder_padding_mask,
                 self_attention_cache=None if cache is None else cache[i],
                 self_attention_cache_update_index=cache_update_index,
-                cross_attention_cache=(
-                    None if cross_attention_cache is None else cross_attention_cache[i]
-                ),
                 return_attention_scores=True,
                 training=training,
-            )  # (B, T, D), (B, H, T, T), (B, H, T, S)[, (B, 2, T_max, H, D)]
-            x, layer_self_weights, layer_cross_weights = outputs[:3]
+                **encoder_arguments,
+            )  # (B, T, D), (B, H, T, T)[, (B, H, T, S)][, (B, 2, T_max, H, D)]
+            x, layer_self_weights = outputs[:2]
             self_weights.append(layer_self_weights)
-            cross_weights.append(layer_cross_weights)
+            if self.use_cross_attention:
+                cross_weights.append(outputs[2])
             if cache is not None:
-                new_caches.append(outputs[3])
+                new_caches.append(outputs[-1])
         if self.final_norm is not None:
             x = self.final_norm(x)
 
         results = (x,)
         if return_attention_scores:
-            results += ({"self_attention": self_weights, "cross_attention": cross_weights},)
+            weights = {"self_attention": self_weights}
+            if self.use_cross_attention:
+                weights["cross_attention"] = cross_weights
+            results += (weights,)
         if cache is not None:
             # Per-layer tensors, not one stacked tensor: stacking would copy every layer's
             # cache at every decoding step.
@@ -145,6 +189,11 @@ class Decoder(StackBase):
 
     def compute_cross_attention_cache(self, encoder_output) -> tuple:
         """Projects the encoder output once for all decoding steps: N x (B, 2, S, H, D)."""
+        if not self.use_cross_attention:
+            raise ValueError(
+                "Received a call to `compute_cross_attention_cache` on a `Decoder` without "
+                "cross-attention (use_cross_attention=False); it has no encoder to attend."
+            )
         return tuple(layer.cross_attention.compute_cache(encoder_output) for layer in self.layers_)
 
     def compute_output_shape(self, token_ids_shape, encoder_output_shape=None):
@@ -153,4 +202,5 @@ class Decoder(StackBase):
     def get_config(self):
         config = super().get_config()
         config["tie_weights"] = self.tie_weights
+        config["use_cross_attention"] = self.use_cross_attention
         return config

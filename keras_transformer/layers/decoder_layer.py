@@ -1,4 +1,4 @@
-"""One decoder block: masked self-attention, cross-attention and feed-forward."""
+"""One decoder block: masked self-attention, cross-attention (optional) and feed-forward."""
 
 from __future__ import annotations
 
@@ -18,7 +18,9 @@ class DecoderLayer(BlockBase):
 
     Masked (causal) self-attention, attention over the encoder output, and a feed-forward
     network, each with residual dropout and LayerNorm (post-norm as in the paper, or
-    pre-norm with `norm_first=True`).
+    pre-norm with `norm_first=True`). With `use_cross_attention=False` the block has no
+    attention over an encoder (a decoder-only language model's block): the self-attention
+    and feed-forward sublayers are the same ones, with the same names and weights.
 
     Args:
         num_heads: attention heads (h); d_model (taken from the input) must divide by it.
@@ -28,12 +30,15 @@ class DecoderLayer(BlockBase):
         activation: feed-forward activation.
         norm_first: pre-norm (True) or post-norm (False, the paper).
         layer_norm_epsilon: LayerNorm epsilon.
+        use_cross_attention: whether the block attends over an encoder output (True, the
+            paper's decoder) or not (False: self-attention and feed-forward only).
         **kwargs: base layer arguments.
 
     Call arguments:
         decoder_sequence: (B, T, d_model).
         encoder_sequence: (B, S, d_model), the encoder output. May be omitted when
-            `cross_attention_cache` holds its projected keys/values.
+            `cross_attention_cache` holds its projected keys/values; must be omitted (as
+            must the other cross-attention arguments) with `use_cross_attention=False`.
         decoder_padding_mask: optional bool (B, T), True at real target tokens.
         encoder_padding_mask: optional bool (B, S), True at real source tokens.
         self_attention_cache: optional (B, 2, T_max, H, D) cache for incremental decoding;
@@ -47,26 +52,36 @@ class DecoderLayer(BlockBase):
         training: whether dropout is active.
 
     Returns:
-        The output (B, T, d_model); then `(self_weights, cross_weights)` if
-        `return_attention_scores`; then the updated self-attention cache if one was given;
-        as a tuple when there is more than the output.
+        The output (B, T, d_model); then `self_weights, cross_weights` if
+        `return_attention_scores` (only `self_weights` without cross-attention); then the
+        updated self-attention cache if one was given; as a tuple when there is more than
+        the output.
 
     Example:
     >>> layer = DecoderLayer(num_heads=2, d_ff=32)
     >>> y = layer(keras.ops.ones((2, 5, 16)), keras.ops.ones((2, 7, 16)))
     >>> tuple(y.shape)
     (2, 5, 16)
+    >>> causal_only = DecoderLayer(num_heads=2, d_ff=32, use_cross_attention=False)
+    >>> tuple(causal_only(keras.ops.ones((2, 5, 16))).shape)
+    (2, 5, 16)
     """
+
+    def __init__(self, *args, use_cross_attention: bool = True, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.use_cross_attention = bool(use_cross_attention)
 
     def build(self, decoder_sequence_shape, encoder_sequence_shape=None):
         d_model = decoder_sequence_shape[-1]
         check_architecture(d_model=d_model, num_heads=self.num_heads)
         if encoder_sequence_shape is None:
             encoder_sequence_shape = decoder_sequence_shape
-        for name, value_shape in (
-            ("self_attention", decoder_sequence_shape),
-            ("cross_attention", encoder_sequence_shape),
-        ):
+        attentions = [("self_attention", decoder_sequence_shape)]
+        if self.use_cross_attention:
+            attentions.append(("cross_attention", encoder_sequence_shape))
+        else:
+            self.cross_attention = None
+        for name, value_shape in attentions:
             attention = MultiHeadAttention(
                 self.num_heads,
                 d_model // self.num_heads,
@@ -96,11 +111,9 @@ class DecoderLayer(BlockBase):
         return_attention_scores: bool = False,
         training=None,
     ):
-        if encoder_sequence is None and cross_attention_cache is None:
-            raise ValueError(
-                "`DecoderLayer` needs the encoder output: pass `encoder_sequence` or a "
-                "precomputed `cross_attention_cache`. Received neither."
-            )
+        self._check_cross_attention_arguments(
+            encoder_sequence, encoder_padding_mask, cross_attention_cache
+        )
         if self_attention_cache is not None and self_attention_cache_update_index is None:
             raise ValueError(
                 "Received `self_attention_cache` without `self_attention_cache_update_index`; "
@@ -118,11 +131,6 @@ class DecoderLayer(BlockBase):
             self_mask = masks.causal_mask(
                 length, ops.shape(self_attention_cache)[2], self_attention_cache_update_index
             )  # (1, T, T_max)
-        cross_mask = (
-            None
-            if encoder_padding_mask is None
-            else masks.key_padding_attention_mask(encoder_padding_mask)  # (B, 1, S)
-        )
 
         x, self_extras = self._residual(
             "self_attention",
@@ -138,29 +146,67 @@ class DecoderLayer(BlockBase):
             ),  # (B, T, D), (B, H, T, T_or_T_max)[, cache]
             training,
         )
-        x, (cross_weights,) = self._residual(
-            "cross_attention",
-            x,
-            lambda h: self.cross_attention(
-                h,
-                encoder_sequence if encoder_sequence is not None else h,
-                attention_mask=cross_mask,
-                return_attention_scores=True,
-                cache=cross_attention_cache,
-                training=training,
-            ),  # (B, T, D), (B, H, T, S)
-            training,
-        )
+        if self.use_cross_attention:
+            cross_mask = (
+                None
+                if encoder_padding_mask is None
+                else masks.key_padding_attention_mask(encoder_padding_mask)  # (B, 1, S)
+            )
+            x, (cross_weights,) = self._residual(
+                "cross_attention",
+                x,
+                lambda h: self.cross_attention(
+                    h,
+                    encoder_sequence if encoder_sequence is not None else h,
+                    attention_mask=cross_mask,
+                    return_attention_scores=True,
+                    cache=cross_attention_cache,
+                    training=training,
+                ),  # (B, T, D), (B, H, T, S)
+                training,
+            )
         x, _ = self._residual(
             "feed_forward", x, lambda h: self.feed_forward(h, training=training), training
         )
 
         results = (x,)
         if return_attention_scores:
-            results += (self_extras[0], cross_weights)
+            results += (self_extras[0],)
+            if self.use_cross_attention:
+                results += (cross_weights,)
         if self_attention_cache is not None:
             results += (self_extras[1],)
         return results[0] if len(results) == 1 else results
 
+    def _check_cross_attention_arguments(
+        self, encoder_sequence, encoder_padding_mask, cross_attention_cache
+    ) -> None:
+        if not self.use_cross_attention:
+            given = [
+                name
+                for name, value in (
+                    ("encoder_sequence", encoder_sequence),
+                    ("encoder_padding_mask", encoder_padding_mask),
+                    ("cross_attention_cache", cross_attention_cache),
+                )
+                if value is not None
+            ]
+            if given:
+                raise ValueError(
+                    "Received encoder inputs for a `DecoderLayer` without cross-attention "
+                    f"(use_cross_attention=False): {given}. Pass none of them, or build the "
+                    "layer with use_cross_attention=True."
+                )
+        elif encoder_sequence is None and cross_attention_cache is None:
+            raise ValueError(
+                "`DecoderLayer` needs the encoder output: pass `encoder_sequence` or a "
+                "precomputed `cross_attention_cache`. Received neither."
+            )
+
     def compute_output_shape(self, decoder_sequence_shape, encoder_sequence_shape=None):
         return decoder_sequence_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config["use_cross_attention"] = self.use_cross_attention
+        return config

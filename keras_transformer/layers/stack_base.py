@@ -61,6 +61,10 @@ class StackBase(keras.layers.Layer):
         """Whether an embedding created here has no separate output projection."""
         return True
 
+    def _layer_kwargs(self) -> dict:
+        """Arguments of each layer beyond the shared ones (a subclass' own)."""
+        return {}
+
     def _build_stack(self, token_ids_shape) -> None:
         if self.embedding is None:
             self.embedding = TransformerEmbedding(
@@ -87,6 +91,7 @@ class StackBase(keras.layers.Layer):
                 layer_norm_epsilon=self.layer_norm_epsilon,
                 dtype=self.dtype_policy,
                 name=f"layer_{i}",
+                **self._layer_kwargs(),
             )
             layer.build(hidden_shape)
             self.layers_.append(layer)

@@ -1,7 +1,9 @@
 """Architecture presets: the paper's `base` and `big`, and a `tiny` one for tests.
 
 Each preset fixes the architecture; vocabulary sizes come from the tokenizer and are passed
-separately (`Transformer.from_preset("base", source_vocab_size=..., ...)`).
+separately (`Transformer.from_preset("base", source_vocab_size=..., ...)`). The encoder-only
+and decoder-only models take the same presets, with the encoder's or the decoder's number
+of layers (`stack_preset_config`).
 """
 
 from __future__ import annotations
@@ -48,3 +50,22 @@ def preset_config(name: str) -> dict[str, Any]:
             f"{sorted(PRESETS)}. Received: preset={name!r}"
         )
     return dict(PRESETS[name])
+
+
+def stack_preset_config(name: str, stack: str) -> dict[str, Any]:
+    """Preset `name` for a single stack: `num_layers` is the preset's encoder (`stack=
+    "encoder"`) or decoder (`stack="decoder"`) layer count.
+
+    Example:
+    >>> stack_preset_config("tiny", "decoder")["num_layers"]
+    2
+    """
+    if stack not in ("encoder", "decoder"):
+        raise ValueError(
+            "Received an invalid value for argument `stack`, expected one of "
+            f"('encoder', 'decoder'). Received: stack={stack!r}"
+        )
+    arguments = preset_config(name)
+    layers = {s: arguments.pop(f"num_{s}_layers") for s in ("encoder", "decoder")}
+    arguments["num_layers"] = layers[stack]
+    return arguments

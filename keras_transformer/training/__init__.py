@@ -4,7 +4,8 @@ Public API:
 
 - `MaskedSparseCategoricalCrossentropy`, `masked_label_smoothed_cross_entropy`: the
   label-smoothed cross-entropy over real (non-pad) tokens.
-- `MaskedSparseCategoricalAccuracy`: token accuracy over real tokens.
+- `MaskedSparseCategoricalAccuracy`, `MaskedPerplexity`: token accuracy and perplexity over
+  real tokens.
 - `TransformerSchedule`: the warmup / inverse square-root learning rate.
 - `make_strategy`, `resolve_jit_compile`, `is_chief`: strategies and XLA per strategy.
 - `ResumableBackupAndRestore`, `make_callbacks`: resumable training, checkpoints, logs.
@@ -29,7 +30,7 @@ from keras_transformer.training.losses import (
     MaskedSparseCategoricalCrossentropy,
     masked_label_smoothed_cross_entropy,
 )
-from keras_transformer.training.metrics import MaskedSparseCategoricalAccuracy
+from keras_transformer.training.metrics import MaskedPerplexity, MaskedSparseCategoricalAccuracy
 from keras_transformer.training.schedules import TransformerSchedule
 from keras_transformer.training.strategies import (
     is_chief,
@@ -47,6 +48,7 @@ from keras_transformer.training.trainer import (
 
 __all__ = [
     "DistributedTrainingMixin",
+    "MaskedPerplexity",
     "MaskedSparseCategoricalAccuracy",
     "MaskedSparseCategoricalCrossentropy",
     "ResumableBackupAndRestore",

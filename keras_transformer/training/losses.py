@@ -7,11 +7,15 @@ from typing import Any
 import keras
 from keras import ops
 
-from keras_transformer.validation import check_non_negative_int, check_rate
+from keras_transformer.validation import check_non_negative_int, check_optional, check_rate
 
 
 def masked_label_smoothed_cross_entropy(
-    y_true, y_pred, label_smoothing: float = 0.1, pad_id: int = 0, from_logits: bool = True
+    y_true,
+    y_pred,
+    label_smoothing: float = 0.1,
+    pad_id: int | None = 0,
+    from_logits: bool = True,
 ):
     """Per-token label-smoothed cross-entropy, zero at padding.
 
@@ -24,10 +28,10 @@ def masked_label_smoothed_cross_entropy(
     a log-softmax with a gathered true-id term, whose gradient is a scatter into (B, T, V).
 
     Args:
-        y_true: int ids (B, T); `pad_id` marks padding.
-        y_pred: logits (or probabilities if `from_logits=False`) (B, T, V).
+        y_true: int ids (B, T) (or labels of any shape (...)); `pad_id` marks padding.
+        y_pred: logits (or probabilities if `from_logits=False`) (B, T, V) (or (..., V)).
         label_smoothing: the smoothing rate, in [0, 1).
-        pad_id: the padding id.
+        pad_id: the padding id; None: every label is real (sequence classification).
         from_logits: whether `y_pred` holds logits.
 
     Returns:
@@ -35,7 +39,7 @@ def masked_label_smoothed_cross_entropy(
     """
     y_true = ops.cast(y_true, "int32")
     y_pred = ops.cast(y_pred, "float32")
-    mask = ops.cast(ops.not_equal(y_true, pad_id), "float32")
+    mask = _real_labels(y_true, pad_id)
     vocab_size = ops.shape(y_pred)[-1]
     targets = ops.one_hot(y_true, vocab_size, dtype="float32")  # (B, T, V)
     if label_smoothing:
@@ -62,11 +66,12 @@ class MaskedSparseCategoricalCrossentropy(keras.losses.Loss):
     a per-replica XLA step.
 
     With `reduction=None`/`"none"` the call returns the (B, T) per-token losses (0 at
-    padding), unscaled.
+    padding), unscaled. With `pad_id=None` no label is padding: labels (B,) of a sequence
+    classifier, whose logits are (B, C), are averaged over the batch.
 
     Args:
         label_smoothing: smoothing rate in [0, 1) (0.1 in the paper).
-        pad_id: the padding id of the targets.
+        pad_id: the padding id of the targets, or None (every label is real).
         from_logits: whether predictions are logits (the `Transformer` returns logits).
         reduction: `"sum_over_batch_size"` (the masked mean above) or `None`/`"none"`.
         name: the loss name.
@@ -95,7 +100,7 @@ class MaskedSparseCategoricalCrossentropy(keras.losses.Loss):
             )
         super().__init__(name=name, reduction=reduction, dtype="float32")
         self.label_smoothing = check_rate("label_smoothing", label_smoothing)
-        self.pad_id = check_non_negative_int("pad_id", pad_id)
+        self.pad_id = check_optional(check_non_negative_int, "pad_id", pad_id)
         self.from_logits = bool(from_logits)
 
     def call(self, y_true, y_pred):
@@ -106,7 +111,7 @@ class MaskedSparseCategoricalCrossentropy(keras.losses.Loss):
     def __call__(self, y_true, y_pred, sample_weight=None):
         with keras.name_scope(self.name):
             losses = self.call(y_true, y_pred)
-            weights = ops.cast(ops.not_equal(ops.cast(y_true, "int32"), self.pad_id), "float32")
+            weights = _real_labels(ops.cast(y_true, "int32"), self.pad_id)
             if sample_weight is not None:
                 sample_weight = ops.cast(sample_weight, "float32")
                 while len(sample_weight.shape) < len(weights.shape):
@@ -126,6 +131,13 @@ class MaskedSparseCategoricalCrossentropy(keras.losses.Loss):
             "reduction": self.reduction,
             "name": self.name,
         }
+
+
+def _real_labels(y_true, pad_id: int | None):
+    """float32 weights of `y_true`'s shape: 0 at `pad_id`, 1 elsewhere (all 1 for None)."""
+    if pad_id is None:
+        return ops.ones_like(y_true, dtype="float32")
+    return ops.cast(ops.not_equal(y_true, pad_id), "float32")
 
 
 def _scale_for_replicas(loss):

@@ -143,11 +143,14 @@ def compile_model(
     jit_compile: bool | str = "auto",
     steps_per_execution: int = 1,
     strategy: tf.distribute.Strategy | None = None,
+    loss: keras.losses.Loss | None = None,
+    metrics: list[keras.metrics.Metric] | None = None,
 ) -> keras.Model:
     """Compiles `model` the paper's way: Adam + `TransformerSchedule` + smoothed masked CE.
 
     Metrics: `accuracy` (`MaskedSparseCategoricalAccuracy`); `TrainingTransformer` adds
-    `learning_rate` to the training logs. Call it under the strategy's scope.
+    `learning_rate` to the training logs. Call it under the strategy's scope. Other tasks
+    (`keras_transformer.tasks`) pass their own `loss` and `metrics`.
 
     Args:
         model: the model (a `TrainingTransformer` for distributed training).
@@ -168,6 +171,8 @@ def compile_model(
         jit_compile: `True`, `False` or `"auto"` (see `resolve_jit_compile`).
         steps_per_execution: steps per compiled call.
         strategy: the strategy (for `"auto"`); the current one if None.
+        loss: the loss; by default the label-smoothed masked cross-entropy above.
+        metrics: the metrics; by default the masked token accuracy above.
 
     Returns:
         `model`, compiled.
@@ -185,12 +190,16 @@ def compile_model(
         use_ema=use_ema,
         ema_momentum=ema_momentum,
     )
+    if loss is None:
+        loss = MaskedSparseCategoricalCrossentropy(
+            label_smoothing=label_smoothing, pad_id=model.pad_id
+        )
+    if metrics is None:
+        metrics = [MaskedSparseCategoricalAccuracy(pad_id=model.pad_id, name="accuracy")]
     model.compile(
         optimizer=optimizer,
-        loss=MaskedSparseCategoricalCrossentropy(
-            label_smoothing=label_smoothing, pad_id=model.pad_id
-        ),
-        metrics=[MaskedSparseCategoricalAccuracy(pad_id=model.pad_id, name="accuracy")],
+        loss=loss,
+        metrics=metrics,
         jit_compile=resolve_jit_compile(jit_compile, strategy),
         steps_per_execution=steps_per_execution,
     )
@@ -220,11 +229,14 @@ def load_pairs(config: ExperimentConfig, split: str, validation: bool = False):
     return pairs.take(limit) if limit else pairs
 
 
-def load_or_train_tokenizers(config: ExperimentConfig, paths: RunPaths, train_pairs, strategy):
+def load_or_train_tokenizers(
+    config: ExperimentConfig, paths: RunPaths, train_pairs, strategy, **train_kwargs: Any
+):
     """Loads the run's tokenizers, or trains them on `train_pairs` and saves them.
 
     Under multi-worker training the chief trains and saves them; the other workers wait
-    for the files (the run directory must be shared).
+    for the files (the run directory must be shared). `train_kwargs` go to
+    `train_sentencepiece`.
     """
     from keras_transformer.tokenization import MODEL_FILENAME, SubwordTokenizer, train_tokenizers
 
@@ -241,6 +253,7 @@ def load_or_train_tokenizers(config: ExperimentConfig, paths: RunPaths, train_pa
                 model_type=d.tokenizer_model_type,
                 max_sentences=d.tokenizer_max_sentences,
                 seed=config.training.seed,
+                **train_kwargs,
             )
             source.save(paths.source_tokenizer)
             target.save(paths.target_tokenizer)
@@ -311,6 +324,9 @@ def train(
 ) -> TrainingResult:
     """Runs (or resumes) a training experiment and writes its run directory.
 
+    A config whose `task` is not translation is trained by
+    `keras_transformer.tasks.training.train_task`.
+
     Args:
         config: the experiment.
         run_dir: overrides `config.training.run_dir`.
@@ -327,6 +343,10 @@ def train(
     result = train(config)
     ```
     """
+    if config.task != "translation":  # tagging, classification, language modelling
+        from keras_transformer.tasks.training import train_task
+
+        return train_task(config, run_dir, strategy=strategy, extra_callbacks=extra_callbacks)
     start = time.monotonic()
     config.validate()
     t = config.training

@@ -1,0 +1,294 @@
+"""The tagging, classification and language-modelling tasks end to end, offline:
+`keras-transformer train` on a packaged recipe (falling back to its generated set),
+`evaluate`, the Python wrappers, `export` (op allow-list, no XLA, TF1 session loader) and
+`generate`."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_transformer import TransformerDecoderModel, TransformerEncoderModel
+from keras_transformer.classifier import TextClassifier, TextTagger
+from keras_transformer.cli import main
+from keras_transformer.data.synthetic import CLASSIFICATION_LABELS, POS_TAGS
+from keras_transformer.generator import TextGenerator
+from keras_transformer.run_dir import RunPaths, load_run, run_task
+from keras_transformer.serving.ops import graph_ops, load_allowed_ops, load_xla_ops
+from keras_transformer.tasks.data import read_labels
+
+RECIPES = {
+    "tagging": "conll2003_pos",
+    "classification": "imdb_reviews",
+    "language_modeling": "tiny_shakespeare",
+}
+TEXTS = ["they watch the film .", "The old dog was not good!", ""]
+
+
+def _train_args(recipe, run_dir, tfds_dir):
+    overrides = [
+        f"data.data_dir={tfds_dir}",
+        "data.download=false",  # offline: the recipe falls back to its generated set
+        "data.max_train_examples=400",
+        "data.max_validation_examples=32",
+        "data.vocab_size=300",
+        "data.batch_size=32",
+        "data.max_source_length=32",
+        "data.max_target_length=32",
+        "model.num_encoder_layers=1",
+        "model.num_decoder_layers=1",
+        "model.d_model=32",
+        "model.d_ff=64",
+        "model.max_length=32",
+        "training.epochs=1",
+        "training.steps_per_epoch=3",
+        "training.verbose=0",
+    ]
+    args = ["train", "--config", recipe, "--run-dir", run_dir]
+    for override in overrides:
+        args += ["--set", override]
+    return args
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("task_runs")
+    result = {}
+    for task, recipe in RECIPES.items():
+        run_dir = str(root / task)
+        assert main(_train_args(recipe, run_dir, str(root / "tfds"))) == 0
+        result[task] = run_dir
+    return result
+
+
+@pytest.fixture(scope="module")
+def exports(runs, tmp_path_factory):
+    from keras_transformer.export_tasks import export_run
+
+    base = str(tmp_path_factory.mktemp("task_exports"))
+    paths = {
+        task: export_run(run_dir, base)
+        for task, run_dir in runs.items()
+        if task != "language_modeling"
+    }
+    paths["language_modeling"] = export_run(
+        runs["language_modeling"], base, max_new_tokens=6, beam_size=2
+    )
+    return paths
+
+
+@pytest.mark.slow
+def test_cli_train_writes_a_run_directory_per_task(runs):
+    for task, run_dir in runs.items():
+        paths = RunPaths(run_dir)
+        assert run_task(run_dir) == task
+        model, source, target = load_run(run_dir)
+        assert source.model_proto == target.model_proto  # one tokenizer, saved twice
+        assert os.path.isfile(os.path.join(paths.checkpoints, "last.weights.h5"))
+        if task == "language_modeling":
+            assert type(model) is TransformerDecoderModel
+            assert not os.path.exists(os.path.join(run_dir, "labels.txt"))
+        else:
+            assert type(model) is TransformerEncoderModel
+            labels = read_labels(run_dir)
+            # The generated fallback's labels (no TFDS copy here), one more class (no
+            # tag) for the tagger.
+            offline = {"classification": CLASSIFICATION_LABELS, "tagging": POS_TAGS}[task]
+            assert labels == offline
+            assert model.num_classes == len(labels) + (task == "tagging")
+            assert model.pooling == ("mean" if task == "classification" else None)
+
+
+def _perplexity(run_dir, split):
+    from keras_transformer.data.task_pipeline import make_task_batches
+    from keras_transformer.data.task_sources import load_language_modeling_data
+
+    model, tokenizer, _ = load_run(run_dir)
+    data = load_language_modeling_data("synthetic_text", split)
+    total, count = 0.0, 0
+    for x, y in make_task_batches(
+        "language_modeling", data.dataset, tokenizer, batch_size=7, max_length=32, shuffle=False
+    ):
+        log_probs = tf.nn.log_softmax(model(x)).numpy()
+        y = y.numpy()
+        picked = np.take_along_axis(log_probs, y[..., None], -1)[..., 0]
+        total -= picked[y != 0].sum()
+        count += (y != 0).sum()
+    return float(np.exp(total / count))
+
+
+@pytest.mark.slow
+def test_cli_evaluate_reports_the_tasks_metric(runs, tmp_path, capsys):
+    for task, run_dir in runs.items():
+        scores = str(tmp_path / f"{task}.json")
+        assert main(["evaluate", run_dir, "--split", "test[:40]", "--scores-json", scores]) == 0
+        printed = capsys.readouterr().out
+        with open(scores) as f:
+            result = json.load(f)
+        assert result["task"] == task and result["examples"] == 40
+        main_metric = "perplexity" if task == "language_modeling" else "accuracy"
+        assert printed.splitlines()[1] == f"{main_metric} = {result['scores'][main_metric]:.4f}"
+        assert " on synthetic_" in printed.splitlines()[0]  # the offline fallback
+        if task == "language_modeling":  # exp(the mean cross-entropy of the test tokens)
+            assert result["scores"]["perplexity"] == pytest.approx(
+                _perplexity(run_dir, "test[:40]"), rel=1e-4
+            )
+        else:
+            assert 0.0 <= result["scores"]["accuracy"] <= 1.0
+
+
+@pytest.mark.slow
+def test_wrappers_agree_with_their_models(runs):
+    classifier = TextClassifier.from_run_dir(runs["classification"])
+    probabilities = classifier.predict_proba(TEXTS)
+    ids = tf.ragged.constant(
+        [[2, *row] for row in classifier.tokenizer.tokenize(TEXTS).to_list()]
+    ).to_tensor()
+    np.testing.assert_allclose(
+        probabilities, tf.nn.softmax(classifier.model(ids)).numpy(), atol=1e-5
+    )
+    assert classifier.classify(TEXTS) == [classifier.labels[i] for i in probabilities.argmax(1)]
+
+    tagger = TextTagger.from_run_dir(runs["tagging"])
+    tagged = tagger.tag(TEXTS)
+    assert [[w for w, _ in row] for row in tagged] == [t.split() for t in TEXTS]
+    assert all(tag in tagger.labels for row in tagged for _, tag in row)
+
+    generator = TextGenerator.from_run_dir(
+        runs["language_modeling"], max_new_tokens=5, jit_compile=False
+    )
+    python = generator.generate(TEXTS)
+    graph = generator.generate_strings(tf.constant(TEXTS))
+    assert [c.decode() for c in graph["continuations"].numpy()] == python
+    for text, continuation, full in zip(TEXTS, python, graph["texts"].numpy()):
+        assert full.decode().startswith(
+            generator.tokenizer.detokenize(generator.tokenizer.tokenize([text])).numpy()[0].decode()
+        )
+        assert full.decode().endswith(continuation)
+        assert len(generator.tokenizer.tokenize([continuation]).to_list()[0]) <= 6
+
+
+@pytest.mark.slow
+def test_exports_use_only_ops_tf_serving_ships_and_no_xla(exports):
+    xla = load_xla_ops()
+    for task, path in exports.items():
+        ops = graph_ops(path)
+        assert "SentencepieceTokenizeOp" in ops and ops <= load_allowed_ops(), task
+        assert not ops & xla
+        with open(os.path.join(path, "assets.extra", "export_info.json")) as f:
+            info = json.load(f)
+        assert info["task"] == task
+    assert "TensorScatterUpdate" in graph_ops(exports["language_modeling"])  # the cache
+    assert os.path.basename(os.path.dirname(exports["language_modeling"])) == "generator"
+
+
+_FRESH_PROCESS = textwrap.dedent(
+    """
+    import json, sys
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (registers the tf-text ops)
+
+    paths, texts = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+    assert not any(m.startswith("keras_transformer") for m in sys.modules)
+    inputs = {"classification": "sentences", "tagging": "sentences",
+              "language_modeling": "prompts"}
+    signatures = {"classification": ["serving_default"], "tagging": ["serving_default"],
+                  "language_modeling": ["serving_default", "generate_nbest"]}
+    out = {}
+
+    def plain(outputs):
+        return {k: (v.tolist() if v.dtype != object else
+                    [[s.decode() for s in row] if v.ndim == 2 else row.decode() for row in v])
+                for k, v in outputs.items()}
+
+    for task, path in paths.items():
+        loaded = tf.saved_model.load(path)
+        assert sorted(loaded.signatures) == sorted(signatures[task]), list(loaded.signatures)
+        for name in signatures[task]:
+            r = loaded.signatures[name](**{inputs[task]: tf.constant(texts)})
+            out[f"tf2/{task}/{name}"] = plain({k: v.numpy() for k, v in r.items()})
+        # The TF1 session path, as TF Serving's C++ server loads and runs a SavedModel.
+        with tf.Graph().as_default(), tf.compat.v1.Session() as sess:
+            meta = tf.compat.v1.saved_model.loader.load(sess, ["serve"], path)
+            for name in signatures[task]:
+                sig = meta.signature_def[name]
+                fetches = {k: v.name for k, v in sig.outputs.items()}
+                r = sess.run(fetches, {sig.inputs[inputs[task]].name: texts})
+                out[f"tf1/{task}/{name}"] = plain(r)
+    print("RESULT" + json.dumps(out))
+    """
+)
+
+
+@pytest.mark.slow
+def test_exports_load_with_tf2_and_tf1_session_loaders(exports, runs):
+    result = subprocess.run(
+        [sys.executable, "-c", _FRESH_PROCESS, json.dumps(exports), json.dumps(TEXTS)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = json.loads(result.stdout.split("RESULT", 1)[1])
+    classifier = TextClassifier.from_run_dir(runs["classification"])
+    tagger = TextTagger.from_run_dir(runs["tagging"])
+    generator = TextGenerator.from_run_dir(
+        runs["language_modeling"], max_new_tokens=6, beam_size=2, jit_compile=False
+    )
+    nbest = generator.generate_nbest(TEXTS)
+    for loader in ("tf1", "tf2"):
+        labels = out[f"{loader}/classification/serving_default"]
+        assert labels["labels"] == classifier.classify(TEXTS)
+        np.testing.assert_allclose(
+            labels["probabilities"], classifier.predict_proba(TEXTS), atol=1e-5
+        )
+        tags = out[f"{loader}/tagging/serving_default"]
+        assert [[t for t in row if t] for row in tags["tags"]] == [
+            [t for _, t in row] for row in tagger.tag(TEXTS)
+        ]
+        best = out[f"{loader}/language_modeling/serving_default"]
+        assert best["continuations"] == [hypotheses[0][0] for hypotheses in nbest]
+        np.testing.assert_allclose(best["scores"], [h[0][1] for h in nbest], atol=1e-4)
+        both = out[f"{loader}/language_modeling/generate_nbest"]
+        assert both["continuations"] == [[text for text, _ in h] for h in nbest]
+
+
+@pytest.mark.slow
+def test_cli_generate_export_and_user_errors(runs, tmp_path, capsys):
+    lm = runs["language_modeling"]
+    assert main(["generate", lm, "The dog", "--max-new-tokens", "4", "--jit", "off"]) == 0
+    assert capsys.readouterr().out.startswith("The dog")
+    assert (
+        main(
+            [
+                "generate",
+                lm,
+                "A",
+                "--nbest",
+                "2",
+                "--beam-size",
+                "2",
+                "--jit",
+                "off",
+                "--max-new-tokens",
+                "3",
+            ]
+        )
+        == 0
+    )
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split("\t")[0] for line in lines] == ["0", "0"]
+    base = str(tmp_path / "exports")
+    assert main(["export", runs["classification"], "--base-path", base]) == 0
+    assert os.listdir(os.path.join(base, "classifier")) == ["1"]
+    # User mistakes: one line on stderr, exit status 2.
+    assert main(["generate", runs["tagging"], "x"]) == 2
+    assert "expected a language-modelling run" in capsys.readouterr().err
+    assert main(["export", runs["tagging"], "--base-path", base, "--beam-size", "2"]) == 2
+    assert "only a language model decodes" in capsys.readouterr().err

@@ -1,0 +1,228 @@
+"""`fit` for the encoder-only and decoder-only models: each learns a small synthetic task
+(token tagging, a sequence label, a next-token pattern); MirroredStrategy, remat and mixed
+precision inside `fit`."""
+
+import keras
+import numpy as np
+import pytest
+
+from keras_transformer.constants import BOS_ID, EOS_ID
+from keras_transformer.decoding import BatchDecoder
+from keras_transformer.tasks.models import (
+    TrainingDecoderModel,
+    TrainingEncoderModel,
+    task_loss_and_metrics,
+)
+from keras_transformer.training import compile_model
+
+V = 16  # ids 4..15 are the tasks' tokens
+SMALL = {"num_layers": 2, "d_model": 32, "num_heads": 4, "d_ff": 64, "dropout": 0.0}
+
+
+def tagging_task(n, seed, length=10):
+    """Tag each token 2 if it is greater than the token on its left (9 before the first),
+    else 1: the tag needs the context, not only the token. 0 is padding."""
+    rng = np.random.default_rng(seed)
+    x, y = np.zeros((n, length), "int32"), np.zeros((n, length), "int32")
+    for i in range(n):
+        tokens = rng.integers(4, V, rng.integers(4, length + 1))
+        x[i, : len(tokens)] = tokens
+        y[i, : len(tokens)] = 1 + (tokens > np.concatenate([[9], tokens[:-1]]))
+    return x, y
+
+
+def classification_task(n, seed, length=12):
+    """BOS then tokens; the label is which of 4, 5, 6 occurs most often (no ties)."""
+    rng = np.random.default_rng(seed)
+    x, y = np.zeros((n, length), "int32"), np.zeros((n,), "int32")
+    i = 0
+    while i < n:
+        tokens = rng.integers(4, V, rng.integers(5, length))
+        counts = sorted((tokens == m).sum() for m in (4, 5, 6))
+        if counts[-1] == counts[-2]:
+            continue
+        x[i, 0], x[i, 1 : len(tokens) + 1] = BOS_ID, tokens
+        y[i] = int(np.argmax([(tokens == m).sum() for m in (4, 5, 6)]))
+        i += 1
+    return x, y
+
+
+def progression_task(n, seed, length=10):
+    """Arithmetic progressions over 4..15 (start and step 1-3 at random), as language
+    model examples `[BOS] + tokens` -> `tokens + [EOS]`: from the third token on, every
+    next token (and EOS, after `length` tokens) follows from the ones before."""
+    rng = np.random.default_rng(seed)
+    x, y = np.zeros((n, length + 1), "int32"), np.zeros((n, length + 1), "int32")
+    for i in range(n):
+        start, step = rng.integers(0, V - 4), rng.integers(1, 4)
+        tokens = 4 + (start + step * np.arange(length)) % (V - 4)
+        x[i, 0], x[i, 1:] = BOS_ID, tokens
+        y[i, :-1], y[i, -1] = tokens, EOS_ID
+    return x, y
+
+
+def trained(model, task, x, y, steps, batch_size=32, **compile_kwargs):
+    model(np.full((1, 2), 4, "int32"))
+    loss, metrics = task_loss_and_metrics(task, label_smoothing=0.0)
+    compile_model(
+        model, warmup_steps=100, jit_compile=False, loss=loss, metrics=metrics, **compile_kwargs
+    )
+    model.fit(
+        x[: steps * batch_size], y[: steps * batch_size], batch_size=batch_size, epochs=1, verbose=0
+    )
+    return model
+
+
+@pytest.mark.slow
+def test_encoder_model_learns_token_tagging():
+    keras.utils.set_random_seed(0)
+    x, y = tagging_task(600 * 32, seed=0)
+    model = trained(TrainingEncoderModel(V, 3, **SMALL, max_length=16), "tagging", x, y, 600)
+    test_x, test_y = tagging_task(500, seed=1)
+    result = model.evaluate(test_x, test_y, verbose=0, return_dict=True)
+    predicted = np.argmax(model.predict(test_x, verbose=0), -1)
+    real = test_y > 0
+    assert (predicted[real] == test_y[real]).mean() == pytest.approx(result["accuracy"])
+    assert result["accuracy"] >= 0.98
+    # The token alone does not tell the tag: the model reads its left neighbour.
+    alone = np.array([[t] for t in range(4, V)], "int32")
+    assert (np.argmax(model.predict(alone, verbose=0), -1)[:, 0] == 1 + (np.arange(4, V) > 9)).all()
+
+
+@pytest.mark.slow
+def test_encoder_model_learns_a_sequence_label():
+    keras.utils.set_random_seed(0)
+    x, y = classification_task(450 * 32, seed=0)
+    model = TrainingEncoderModel(V, 3, pooling="mean", **SMALL, max_length=32)
+    model = trained(model, "classification", x, y, 450)
+    test_x, test_y = classification_task(500, seed=1)
+    assert model.evaluate(test_x, test_y, verbose=0, return_dict=True)["accuracy"] >= 0.98
+    padded = np.pad(test_x, ((0, 0), (0, 5)))  # the label does not depend on the padding
+    assert (np.argmax(model.predict(padded, verbose=0), -1) == test_y).mean() >= 0.98
+
+
+@pytest.mark.slow
+def test_decoder_model_learns_a_next_token_pattern_and_continues_it():
+    keras.utils.set_random_seed(0)
+    x, y = progression_task(400 * 32, seed=0)
+    model = trained(TrainingDecoderModel(V, **SMALL, max_length=16), "language_modeling", x, y, 400)
+    test_x, test_y = progression_task(500, seed=1)
+    result = model.evaluate(test_x, test_y, verbose=0, return_dict=True)
+    assert result["perplexity"] < 1.5  # two of the eleven labels are random
+    predicted = np.argmax(model.predict(test_x, verbose=0), -1)
+    assert (predicted[:, 2:] == test_y[:, 2:]).mean() >= 0.98  # the predictable ones
+    # Generation: the first three tokens as the prompt, greedy search continues the
+    # progression to its end and stops (EOS) after the tenth token.
+    prompts = test_x[:64, 1:4]
+    output = BatchDecoder(model.to_plain(), method="greedy", max_length_b=8, jit_compile=False)(
+        prompts
+    )
+    expected = np.concatenate([test_y[:64], np.zeros((64, 1), "int32")], 1)
+    exact = (output.tokens[:, 0, : expected.shape[1]] == expected).all(1).mean()
+    assert exact >= 0.95
+
+
+def _replica_values_identical(model, strategy):
+    for variable in model.weights:
+        values = strategy.experimental_local_results(variable.value)
+        assert len(values) == strategy.num_replicas_in_sync
+        for other in values[1:]:
+            np.testing.assert_array_equal(values[0].numpy(), other.numpy())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task", ["classification", "language_modeling"])
+def test_fit_under_mirrored_strategy(two_cpu_strategy, task):
+    """Each model class under two replicas (the per-token head is the tagging tests')."""
+    make, model_class, kwargs = {
+        "classification": (
+            classification_task,
+            TrainingEncoderModel,
+            {"num_classes": 3, "pooling": "first"},
+        ),
+        "language_modeling": (progression_task, TrainingDecoderModel, {}),
+    }[task]
+    keras.utils.set_random_seed(0)
+    x, y = make(24 * 32, seed=0)
+    with two_cpu_strategy.scope():
+        model = model_class(V, **kwargs, **SMALL, max_length=16)
+        model(np.full((1, 2), 4, "int32"))
+        loss, metrics = task_loss_and_metrics(task, label_smoothing=0.1)
+        compile_model(model, warmup_steps=100, loss=loss, metrics=metrics, jit_compile=False)
+    history = model.fit(
+        x,
+        y,
+        batch_size=32,
+        epochs=3,
+        steps_per_epoch=8,
+        verbose=0,
+        validation_data=make(64, seed=1),
+    )
+    losses = history.history["loss"]
+    assert losses[-1] < losses[0] - 0.1, losses
+    assert history.history["val_loss"][-1] < history.history["val_loss"][0]
+    assert int(model.optimizer.iterations.numpy()) == 24
+    _replica_values_identical(model, two_cpu_strategy)
+
+
+def test_remat_and_mixed_precision_inside_fit():
+    """The decoder-only model (no cross-attention) rematerialized inside `fit`'s compiled
+    step takes the same step as without; mixed float16 adds loss scaling."""
+    x, y = progression_task(16, seed=4)
+    models = []
+    for remat in (False, True):
+        keras.utils.set_random_seed(5)
+        if remat:
+            with keras.RematScope(mode="list_of_layers", layer_names=["layer_0", "layer_1"]):
+                model = TrainingDecoderModel(V, **SMALL, max_length=16)
+                model(np.full((1, 2), 4, "int32"))
+        else:
+            model = TrainingDecoderModel(V, **SMALL, max_length=16)
+            model(np.full((1, 2), 4, "int32"))
+        loss, metrics = task_loss_and_metrics("language_modeling")
+        compile_model(model, warmup_steps=10, loss=loss, metrics=metrics, jit_compile=False)
+        models.append(model)
+    initial = models[0].get_weights()
+    models[1].set_weights(initial)
+    for model in models:
+        model.fit(x, y, batch_size=8, epochs=1, verbose=0)
+    for a, b in zip(models[0].get_weights(), models[1].get_weights()):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+    assert not all(np.allclose(a, b) for a, b in zip(initial, models[1].get_weights()))
+
+    mixed = TrainingEncoderModel(V, 3, **SMALL, max_length=16, dtype="mixed_float16")
+    tag_x, tag_y = tagging_task(32, seed=2)
+    trained(mixed, "tagging", tag_x, tag_y, 2, batch_size=16)
+    assert isinstance(mixed.optimizer, keras.optimizers.LossScaleOptimizer)
+    assert keras.config.dtype_policy().name == "float32"
+    assert mixed.to_plain().dtype_policy.name == "mixed_float16"
+
+
+@pytest.mark.parametrize("recipe", ["conll2003_pos", "imdb_reviews", "tiny_shakespeare"])
+def test_build_task_model_reads_the_config(recipe):
+    """The recipe's model section: the encoder's or the decoder's layer count, the task's
+    head, remat and the dtype policy."""
+    from keras_transformer.config import load_config
+    from keras_transformer.tasks.models import build_task_model
+
+    config = load_config(
+        recipe,
+        [
+            "model.d_model=32",
+            "model.d_ff=64",
+            "model.remat=true",
+            "model.num_encoder_layers=2",
+            "model.num_decoder_layers=3",
+            "training.dtype_policy=mixed_bfloat16",
+        ],
+    )
+    model = build_task_model(config, 100, labels=("a", "b", "c"))
+    assert model.dtype_policy.name == "mixed_bfloat16" and model.d_model == 32
+    if config.task == "language_modeling":
+        assert isinstance(model, TrainingDecoderModel) and model.num_layers == 3
+    else:
+        assert isinstance(model, TrainingEncoderModel) and model.num_layers == 2
+        assert model.pooling == ("mean" if config.task == "classification" else None)
+        assert model.num_classes == (4 if config.task == "tagging" else 3)  # + no tag
+    remat = {layer.name for layer in model._flatten_layers() if getattr(layer, "_remat_mode", None)}
+    assert {f"layer_{i}" for i in range(model.num_layers)} <= remat
