@@ -14,6 +14,7 @@ _LAZY_MODULES = (
     "decoding",
     "evaluation",
     "export",
+    "plotting",
     "serving",
     "tokenization",
     "training",
