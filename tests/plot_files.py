@@ -26,7 +26,8 @@ def save_png(figure, name: str) -> str:
     return path
 
 
-def _renderer(figure):
+def draw(figure):
+    """Draws `figure` with Agg and returns the renderer (for text extents)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     canvas = FigureCanvasAgg(figure)
@@ -53,7 +54,7 @@ def visible_tick_labels(ax, axis: str):
 
 def assert_readable(figure, data_axes):
     """Checks the titles and tick labels of `data_axes` (the axes that are no colour bar)."""
-    renderer = _renderer(figure)
+    renderer = draw(figure)
     bounds = figure.bbox
     for ax in data_axes:
         assert ax.get_title(), f"an axes without a title in {figure.get_suptitle()!r}"

@@ -13,7 +13,7 @@ import keras
 import numpy as np
 import pytest
 from multi30k_files import read_lines
-from plot_files import ROOT, assert_readable, save_png, visible_tick_labels
+from plot_files import ROOT, assert_readable, draw, save_png, visible_tick_labels
 
 from keras_transformer import Transformer
 from keras_transformer.layers.positional_encoding import sinusoidal_table
@@ -392,6 +392,10 @@ def test_bleu_log_is_read_and_plotted_against_minutes(tmp_path):
     assert list(line.get_ydata()) == [1.2, 5.0, 9.5, 11.3]
     assert ax.get_xlabel() == "training time (minutes)" and ax.get_ylabel() == "BLEU"
     assert [t.get_text() for t in ax.texts] == ["epoch 1", "epoch 2", "epoch 3", "epoch 4"]
+    assert ax.get_xlim()[0] == 0.0
+    renderer = draw(figure)
+    for text in ax.texts:  # the epoch labels stay inside the axes
+        assert ax.get_window_extent(renderer).contains(*text.get_window_extent(renderer).p1)
     assert "tok:13a" in ax.get_title()
     assert figure.get_suptitle() == "Validation BLEU against training time"
     assert_readable(figure, [ax])

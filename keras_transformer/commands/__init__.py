@@ -11,4 +11,5 @@ SUMMARIES: dict[str, str] = {
     "translate": "Translate sentences (arguments, a file or stdin) with a trained run.",
     "evaluate": "Translate a test set and score it with sacreBLEU (BLEU, chrF).",
     "average": "Average the weights of a run's last N epochs into its model.",
+    "plot": "Draw a run's figures as PNGs: positional encoding, masks, attention, training.",
 }

@@ -107,8 +107,8 @@ def plot_bleu_over_time(
             xytext=(4, -12),
             fontsize=8,
         )
-    ax.set_xlim(left=0.0)
-    ax.margins(x=0.12, y=0.12)  # room for the epoch labels
+    ax.set_xlim(0.0, 1.2 * max(minutes) or 1.0)  # from the start, with room for the labels
+    ax.margins(y=0.15)
     ax.set_xlabel("training time (minutes)")
     ax.set_ylabel("BLEU")
     figure.suptitle(title)
