@@ -84,7 +84,7 @@ def _train_args(run_dir, multi30k_dir, tfds_dir):
 
 
 @pytest.mark.slow
-def test_plot_writes_the_figures_of_a_trained_run(tmp_path, multi30k_dir, capsys):
+def test_plot_writes_the_figures_of_a_trained_run(tmp_path, multi30k_dir, capsys, caplog):
     run_dir = str(tmp_path / "run")
     assert main(_train_args(run_dir, multi30k_dir, str(tmp_path / "tfds"))) == 0
     capsys.readouterr()
@@ -116,3 +116,11 @@ def test_plot_writes_the_figures_of_a_trained_run(tmp_path, multi30k_dir, capsys
         with Image.open(path) as image:
             assert image.format == "PNG" and min(image.size) >= 300, path
         shutil.copy(path, os.path.join(PLOTS_DIR, "plot_command_" + os.path.basename(path)))
+
+    # A damaged bleu.jsonl: one line naming the line, and a non-zero exit.
+    with open(RunPaths(run_dir).bleu_log, "a") as f:
+        f.write("{not json\n")
+    with caplog.at_level(logging.ERROR):
+        assert main(["plot", run_dir]) == 2
+    [error] = _errors(caplog)
+    assert "invalid line 3" in error.getMessage() and "\n" not in error.getMessage()

@@ -312,14 +312,22 @@ _check({
 def test_distributed_notebook(tmp_path, monkeypatch, multi30k_dir):
     check = _run("distributed", DISTRIBUTED_CHECK, tmp_path, monkeypatch, multi30k_dir)
 
-    # Two logical CPUs here (no GPU): two replicas, each half of a global batch of 64.
-    assert check["devices"] == ["/cpu:0", "/cpu:1"] and check["replicas"] == 2
-    assert check["global_batch"] == 64 and check["per_replica_batch"] == [32, 32]
+    # All GPUs where there are some, else two logical CPUs; a global batch of 64 cut into
+    # one consecutive slice per replica.
+    import tensorflow as tf
+
+    gpus = tf.config.list_physical_devices("GPU")
+    devices = [f"/gpu:{i}" for i in range(len(gpus))] or ["/cpu:0", "/cpu:1"]
+    replicas = len(devices)
+    assert check["devices"] == devices and check["replicas"] == replicas
+    sizes = check["per_replica_batch"]
+    assert check["global_batch"] == 64 == sum(sizes) and len(sizes) == replicas
+    assert max(sizes) - min(sizes) <= 1  # [32, 32] on two replicas
     assert check["slices_are_the_batch"]
     # Each replica's loss is its own token mean divided by the replicas; their sum is the
     # mean of the replicas' token means, close to (not equal to) the global token mean.
     means = np.array(check["replica_token_means"])
-    np.testing.assert_allclose(check["replica_losses"], means / 2, rtol=1e-4)
+    np.testing.assert_allclose(check["replica_losses"], means / replicas, rtol=1e-4)
     assert check["summed_loss"] == pytest.approx(means.mean(), rel=1e-4)
     assert check["summed_loss"] == pytest.approx(check["global_token_mean"], rel=0.05)
 

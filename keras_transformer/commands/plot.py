@@ -63,10 +63,8 @@ def _masks_batch(translator, sentence: str):
     return batch, pieces
 
 
-def run(args: argparse.Namespace) -> int:
-    if not os.path.isdir(args.run_dir):
-        logger.error("Received RUN_DIR %r, which is not a directory.", args.run_dir)
-        return 2
+def _figures(args: argparse.Namespace) -> dict:
+    """`{name: Figure}` for the run; raises FileNotFoundError/ValueError on a bad run."""
     from keras_transformer.plotting import (
         plot_bleu_over_time,
         plot_masks,
@@ -76,19 +74,17 @@ def run(args: argparse.Namespace) -> int:
         plot_translation_attention,
     )
     from keras_transformer.run_dir import RunPaths
+    from keras_transformer.training.bleu import read_bleu_log
     from keras_transformer.training.curves import read_run_curves
     from keras_transformer.translator import Translator
     from keras_transformer.visualization import translation_attention
 
     paths = RunPaths(args.run_dir)
-    try:
-        translator = Translator.from_run_dir(
-            args.run_dir, beam_size=args.beam_size, jit_compile=False
-        )
-        source, target, weights = translation_attention(translator, args.sentence)
-    except (FileNotFoundError, ValueError) as e:
-        logger.error("%s", e)
-        return 2
+    curves = read_run_curves(args.run_dir)
+    records = read_bleu_log(paths.bleu_log) if os.path.exists(paths.bleu_log) else []
+    translator = Translator.from_run_dir(args.run_dir, beam_size=args.beam_size, jit_compile=False)
+    source, target, weights = translation_attention(translator, args.sentence)
+
     model = translator.model
     positions = min(POSITIONS, int(model.max_length))
     figures = {
@@ -98,16 +94,25 @@ def run(args: argparse.Namespace) -> int:
     ids, pieces = _masks_batch(translator, args.sentence)
     figures["masks"] = plot_masks(ids, pad_id=int(model.pad_id), pieces=pieces)
     figures.update(plot_translation_attention(source, target, weights))
-    curves = read_run_curves(args.run_dir)
-    if curves:
-        figures["training_curves"] = plot_training_curves(
-            curves, title=f"Training of {os.path.basename(os.path.abspath(args.run_dir))}"
-        )
-    else:
-        logger.warning("No TensorBoard logs in %s: no training curves.", paths.logs)
-    if os.path.exists(paths.bleu_log):
-        figures["bleu_over_time"] = plot_bleu_over_time(paths.bleu_log)
+    name = os.path.basename(os.path.abspath(args.run_dir))
+    try:
+        figures["training_curves"] = plot_training_curves(curves, title=f"Training of {name}")
+    except ValueError:
+        logger.warning("No loss, accuracy or learning rate logged in %s: no curves.", paths.logs)
+    if records:
+        figures["bleu_over_time"] = plot_bleu_over_time(records)
+    return figures
 
+
+def run(args: argparse.Namespace) -> int:
+    if not os.path.isdir(args.run_dir):
+        logger.error("Received RUN_DIR %r, which is not a directory.", args.run_dir)
+        return 2
+    try:
+        figures = _figures(args)
+    except (FileNotFoundError, ValueError) as e:
+        logger.error("%s", e)
+        return 2
     out = args.out or os.path.join(args.run_dir, "plots")
     os.makedirs(out, exist_ok=True)
     for name, figure in figures.items():

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from keras_transformer.plotting._figure import label_axis, new_figure, panel_inches
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
 
 def plot_positional_curves(
     max_length: int = 100, d_model: int = 128, dimensions: Sequence[int] | None = None
-):
+) -> Figure:
     """The sinusoidal positional encoding of chosen dimensions over positions.
 
     Args:
@@ -56,7 +59,7 @@ def plot_positional_curves(
     return figure
 
 
-def plot_positional_heatmap(max_length: int = 100, d_model: int = 128):
+def plot_positional_heatmap(max_length: int = 100, d_model: int = 128) -> Figure:
     """The whole positional-encoding table as a position x dimension heat map.
 
     Args:
@@ -94,7 +97,7 @@ def plot_masks(
     pad_id: int = 0,
     pieces: Sequence[Sequence[str]] | None = None,
     max_examples: int = 4,
-):
+) -> Figure:
     """The padding, look-ahead and combined masks of a padded batch (True = may attend).
 
     Top: the padding mask (B, L) and the look-ahead mask (L, L); bottom: for each example

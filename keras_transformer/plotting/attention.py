@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from keras_transformer.plotting._figure import label_axis, new_figure, panel_inches
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 # Decoder self-attention keys are the decoder inputs: BOS, then the emitted pieces but the last.
 BOS_PIECE = "<s>"
@@ -34,7 +37,7 @@ def plot_attention(
     weights: Any,
     ax: Any = None,
     title: str | None = None,
-):
+) -> Figure:
     """Draws one (T, S) attention matrix as a heat map with the pieces on the axes.
 
     Args:
@@ -78,7 +81,7 @@ def plot_attention_heads(
     title: str | None = None,
     query_label: str = "query",
     key_label: str = "key",
-):
+) -> Figure:
     """Every layer (rows) and head (columns) of one kind of attention, pieces on the axes.
 
     Args:
@@ -132,7 +135,7 @@ def plot_translation_attention(
     target_pieces: Sequence[str],
     weights: dict[str, Any],
     bos_piece: str = BOS_PIECE,
-) -> dict[str, Any]:
+) -> dict[str, Figure]:
     """The three kinds of attention behind a translation, every layer and head.
 
     Args:

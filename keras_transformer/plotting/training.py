@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from keras_transformer.plotting._figure import new_figure
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 TRAINING_PANELS = (
     ("loss", "loss", ("loss", "val_loss")),
@@ -15,7 +18,7 @@ TRAINING_PANELS = (
 )
 
 
-def plot_training_curves(history: Any, title: str = "Training"):
+def plot_training_curves(history: Any, title: str = "Training") -> Figure:
     """Loss, accuracy, learning rate and validation BLEU per epoch, where logged.
 
     Args:
@@ -73,7 +76,7 @@ def plot_training_curves(history: Any, title: str = "Training"):
 
 def plot_bleu_over_time(
     records: str | Sequence[dict], title: str = "Validation BLEU against training time"
-):
+) -> Figure:
     """Validation BLEU against training minutes, from a run's `bleu.jsonl`.
 
     Args:
