@@ -3,7 +3,7 @@
 import importlib
 
 from keras_transformer import layers, masks
-from keras_transformer.config import TransformerConfig
+from keras_transformer.model_config import TransformerConfig
 from keras_transformer.models import PRESETS, Transformer
 
 __version__ = "0.1.0"

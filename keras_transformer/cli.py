@@ -3,6 +3,10 @@
 Each subcommand lives in `keras_transformer/commands/<name>.py` and defines
 `add_arguments(parser)` and `run(args) -> int`. Modules are imported only when their
 subcommand runs, so `keras-transformer --help` stays fast.
+
+A user's mistake (bad data, a missing file, an incomplete run directory, a bad option or
+config value: `USER_ERRORS`) is reported as one line on stderr with exit status 2; the
+traceback only with `--log-level DEBUG`.
 """
 
 from __future__ import annotations
@@ -15,6 +19,12 @@ from collections.abc import Sequence
 
 # name -> one-line help. Each module is keras_transformer.commands.<name>.
 COMMANDS: dict[str, str] = {}
+
+# What the library raises for a mistake in its input (its own checks raise ValueError).
+USER_ERRORS = (ValueError, OSError, UnicodeError)
+USER_ERROR_STATUS = 2
+
+logger = logging.getLogger("keras_transformer")
 
 
 def _register_available_commands() -> None:
@@ -51,7 +61,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     module.add_arguments(command_parser)
     args = command_parser.parse_args(rest)
-    return int(module.run(args) or 0)
+    try:
+        return int(module.run(args) or 0)
+    except USER_ERRORS as e:
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.exception("keras-transformer %s failed", known.command)
+        message = " ".join(line.strip() for line in str(e).splitlines() if line.strip())
+        sys.stderr.write(
+            f"keras-transformer {known.command}: error: {message or type(e).__name__}\n"
+        )
+        return USER_ERROR_STATUS
 
 
 if __name__ == "__main__":

@@ -1,90 +1,42 @@
-"""Configuration dataclasses.
+"""The experiment config that `keras-transformer train` reads: `model`, `data` and `training`.
 
-`TransformerConfig`'s fields match `Transformer.__init__`'s arguments one to one, so
-`Transformer(**dataclasses.asdict(config))` and `TransformerConfig(**model.get_config())`
-(minus Keras' own keys) both work.
+`load_config(path, overrides)` reads YAML or JSON (or a packaged config by name, from
+`keras_transformer/configs/`), applies `section.key=value` overrides, builds the dataclasses
+with `dacite` (unknown keys and values of the wrong type are errors that name the key) and
+checks the values (`ExperimentConfig.validate`, with the rules of
+`keras_transformer.validation`). The `model` section is the architecture of
+`keras_transformer.model_config` without the vocabulary sizes, which come from the
+tokenizers.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 from typing import Any
 
-from keras_transformer.constants import LR_DECAYS
+import dacite
 
+from keras_transformer.constants import (
+    DTYPE_POLICIES,
+    JIT_COMPILE_OPTIONS,
+    LR_DECAYS,
+    STRATEGIES,
+    TOKENIZER_MODEL_TYPES,
+)
+from keras_transformer.model_config import ArchitectureConfig, TransformerConfig
+from keras_transformer.validation import (
+    check_architecture,
+    check_non_negative_int,
+    check_one_of,
+    check_optional,
+    check_positive_float,
+    check_positive_int,
+    check_rate,
+)
 
-@dataclass
-class ArchitectureConfig:
-    """A Transformer's architecture apart from its vocabulary sizes (paper names in brackets).
-
-    Attributes:
-        num_encoder_layers: encoder layers (N).
-        num_decoder_layers: decoder layers (N).
-        d_model: model size (d_model).
-        num_heads: attention heads (h).
-        d_ff: feed-forward inner size (d_ff).
-        dropout: dropout on embeddings and residuals (P_drop).
-        attention_dropout: dropout on attention weights.
-        activation: feed-forward activation.
-        max_length: longest source/target sequence (positional table size).
-        norm_first: pre-norm (True) or post-norm (False, the paper).
-        layer_norm_epsilon: LayerNorm epsilon.
-        share_embeddings: one embedding matrix for source and target (needs equal
-            vocabulary sizes, i.e. a shared vocabulary).
-        tie_output_embeddings: pre-softmax projection = transposed target embedding.
-        pad_id: padding id of both vocabularies.
-    """
-
-    num_encoder_layers: int = 6
-    num_decoder_layers: int = 6
-    d_model: int = 512
-    num_heads: int = 8
-    d_ff: int = 2048
-    dropout: float = 0.1
-    attention_dropout: float = 0.0
-    activation: str = "relu"
-    max_length: int = 512
-    norm_first: bool = False
-    layer_norm_epsilon: float = 1e-6
-    share_embeddings: bool = False
-    tie_output_embeddings: bool = True
-    pad_id: int = 0
-
-
-@dataclass(kw_only=True)
-class TransformerConfig(ArchitectureConfig):
-    """Everything `Transformer(...)` takes: the architecture plus the vocabulary sizes.
-
-    Attributes:
-        source_vocab_size: source vocabulary size (keyword-only).
-        target_vocab_size: target vocabulary size (keyword-only).
-    """
-
-    source_vocab_size: int
-    target_vocab_size: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> TransformerConfig:
-        """Builds a config, raising `ValueError` on unknown keys."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - names)
-        if unknown:
-            raise ValueError(
-                f"Received unknown `TransformerConfig` keys {unknown}, expected a subset of "
-                f"{sorted(names)}."
-            )
-        return cls(**values)
-
-
-# Experiment configuration: what `keras-transformer train` reads.
-
-_STRATEGIES = ("default", "mirrored", "multi_worker")
-_DTYPE_POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")
-_MODEL_TYPES = ("unigram", "bpe")
+CONFIGS_DIR = os.path.join(os.path.dirname(__file__), "configs")
 
 
 @dataclass
@@ -139,6 +91,9 @@ class DataConfig:
         tokens_per_batch: batch by tokens instead (then `batch_size` must be None).
         max_source_length: the most source ids (EOS included); longer pairs are dropped.
         max_target_length: the most target ids (+1 for BOS/EOS).
+        bucket_step: the spacing of the length buckets (sentences of lengths within one
+            step share batches): 2 pads 11% of the target tokens of Multi30k's batches,
+            8 pads 24% (`python benchmarks/train_compare.py` shows what padding costs).
         pad_to_bucket: pad batches to bucket lengths (fixed shapes, good for XLA).
         shuffle_buffer_size: the shuffle buffer, in examples.
         source_eos: end every source with EOS (training and translation alike); a run
@@ -166,6 +121,7 @@ class DataConfig:
     tokens_per_batch: int | None = None
     max_source_length: int = 128
     max_target_length: int = 128
+    bucket_step: int = 2
     pad_to_bucket: bool = False
     shuffle_buffer_size: int = 20_000
     source_eos: bool = True
@@ -264,29 +220,23 @@ class ExperimentConfig:
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> ExperimentConfig:
         """Builds and validates a config; `ValueError` on unknown keys or bad values."""
-        if not isinstance(values, dict):
+        _check_keys(cls, values, "")
+        try:
+            config = dacite.from_dict(cls, values, config=_DACITE_CONFIG)
+        except dacite.DaciteFieldError as e:
             raise ValueError(
-                "Received an invalid experiment config, expected a mapping with the sections "
-                f"{[f.name for f in dataclasses.fields(cls)]}. Received: {type(values).__name__}"
-            )
-        config = _from_dict(cls, values, "")
-        config.validate()
-        return config
+                f"Received an invalid value for `{e.field_path}`, expected "
+                f"{_type_name(getattr(e, 'field_type', None))}. "
+                f"Received: {e.field_path}={_value_at(values, e.field_path)!r}"
+            ) from None
+        return config.validate()
 
     def validate(self) -> ExperimentConfig:
         """Checks values beyond their types; raises `ValueError` naming the key."""
         m, d, t = self.model, self.data, self.training
-        for key in ("num_encoder_layers", "num_decoder_layers", "d_model", "num_heads", "d_ff"):
-            _check(f"model.{key}", getattr(m, key), _positive)
-        _check("model.max_length", m.max_length, _positive)
-        _check("model.dropout", m.dropout, _rate)
-        _check("model.attention_dropout", m.attention_dropout, _rate)
-        _check("model.layer_norm_epsilon", m.layer_norm_epsilon, _positive)
-        if m.d_model % m.num_heads:
-            raise ValueError(
-                "Received an invalid value for `model.d_model`, expected a multiple of "
-                f"`model.num_heads`={m.num_heads}. Received: model.d_model={m.d_model}"
-            )
+        architecture = dataclasses.asdict(m)
+        del architecture["remat"]
+        check_architecture("model.", **architecture)
         if m.pad_id != 0:
             raise ValueError(
                 "Received an invalid value for `model.pad_id`, expected 0 (the tokenizers' "
@@ -303,18 +253,19 @@ class ExperimentConfig:
             "max_target_length",
             "shuffle_buffer_size",
             "tokenizer_max_sentences",
+            "bucket_step",
         ):
-            _check(f"data.{key}", getattr(d, key), _positive)
+            check_positive_int(f"data.{key}", getattr(d, key))
         for key in ("max_train_examples", "max_validation_examples", "tokens_per_batch"):
-            _check(f"data.{key}", getattr(d, key), _positive, optional=True)
-        _check("data.batch_size", d.batch_size, _positive, optional=True)
+            check_optional(check_positive_int, f"data.{key}", getattr(d, key))
+        check_optional(check_positive_int, "data.batch_size", d.batch_size)
         if (d.batch_size is None) == (d.tokens_per_batch is None):
             raise ValueError(
                 "Expected exactly one of `data.batch_size` and `data.tokens_per_batch`. "
                 f"Received: data.batch_size={d.batch_size}, "
                 f"data.tokens_per_batch={d.tokens_per_batch}"
             )
-        _check("data.tokenizer_model_type", d.tokenizer_model_type, _MODEL_TYPES)
+        check_one_of("data.tokenizer_model_type", d.tokenizer_model_type, TOKENIZER_MODEL_TYPES)
         if max(d.max_source_length, d.max_target_length) > m.max_length:
             raise ValueError(
                 "Received sequence limits longer than the model's positional table, expected "
@@ -323,29 +274,29 @@ class ExperimentConfig:
                 f"data.max_target_length={d.max_target_length}"
             )
         for key in ("epochs", "warmup_steps", "steps_per_execution", "backup_freq"):
-            _check(f"training.{key}", getattr(t, key), _positive)
+            check_positive_int(f"training.{key}", getattr(t, key))
         for key in ("steps_per_epoch", "validation_steps"):
-            _check(f"training.{key}", getattr(t, key), _positive, optional=True)
-        _check("training.label_smoothing", t.label_smoothing, _rate)
-        _check("training.lr_decay", t.lr_decay, LR_DECAYS)
-        _check("training.max_minutes", t.max_minutes, _positive, optional=True)
+            check_optional(check_positive_int, f"training.{key}", getattr(t, key))
+        check_rate("training.label_smoothing", t.label_smoothing)
+        check_one_of("training.lr_decay", t.lr_decay, LR_DECAYS)
+        check_optional(check_positive_float, "training.max_minutes", t.max_minutes)
         for key in ("average_last", "bleu_every", "bleu_max_sentences"):
-            _check(f"training.{key}", getattr(t, key), _positive, optional=True)
-        _check("training.bleu_beam_size", t.bleu_beam_size, _positive)
-        _check("training.ema_momentum", t.ema_momentum, _rate)
-        _check("training.learning_rate_scale", t.learning_rate_scale, _positive)
-        _check("training.epsilon", t.epsilon, _positive)
+            check_optional(check_positive_int, f"training.{key}", getattr(t, key))
+        check_positive_int("training.bleu_beam_size", t.bleu_beam_size)
+        check_rate("training.ema_momentum", t.ema_momentum)
+        check_positive_float("training.learning_rate_scale", t.learning_rate_scale)
+        check_positive_float("training.epsilon", t.epsilon)
         for key in ("beta_1", "beta_2"):
-            _check(f"training.{key}", getattr(t, key), _rate)
+            check_rate(f"training.{key}", getattr(t, key))
         for key in ("clipnorm", "global_clipnorm"):
-            _check(f"training.{key}", getattr(t, key), _positive, optional=True)
+            check_optional(check_positive_float, f"training.{key}", getattr(t, key))
         if t.clipnorm is not None and t.global_clipnorm is not None:
             raise ValueError(
                 "Expected at most one of `training.clipnorm` and `training.global_clipnorm`. "
                 f"Received: training.clipnorm={t.clipnorm}, "
                 f"training.global_clipnorm={t.global_clipnorm}"
             )
-        _check("training.strategy", t.strategy, _STRATEGIES)
+        check_one_of("training.strategy", t.strategy, STRATEGIES)
         if t.devices is not None and t.strategy != "mirrored":
             raise ValueError(
                 "Received `training.devices` for a strategy other than 'mirrored'. Received: "
@@ -356,11 +307,13 @@ class ExperimentConfig:
                 "Received an invalid value for `training.devices`, expected a non-empty list "
                 "of device names or null. Received: training.devices=[]"
             )
-        _check("training.jit_compile", t.jit_compile, (True, False, "auto"))
-        _check("training.dtype_policy", t.dtype_policy, _DTYPE_POLICIES)
-        _check("training.verbose", t.verbose, ("auto", 0, 1, 2))
-        _check("training.early_stopping_patience", t.early_stopping_patience, _non_negative, True)
-        _check("training.seed", t.seed, _non_negative)
+        check_one_of("training.jit_compile", t.jit_compile, JIT_COMPILE_OPTIONS)
+        check_one_of("training.dtype_policy", t.dtype_policy, DTYPE_POLICIES)
+        check_one_of("training.verbose", t.verbose, ("auto", 0, 1, 2))
+        check_optional(
+            check_non_negative_int, "training.early_stopping_patience", t.early_stopping_patience
+        )
+        check_non_negative_int("training.seed", t.seed)
         if not t.run_dir:
             raise ValueError(
                 "Received an invalid value for `training.run_dir`, expected a folder path. "
@@ -388,9 +341,9 @@ def load_config(path: str | None = None, overrides: list[str] | None = None) -> 
         FileNotFoundError: when `path` does not exist.
 
     Example:
-    >>> config = load_config("multi30k_de_en", ["training.epochs=1"])  # doctest: +SKIP
-    >>> config.training.epochs  # doctest: +SKIP
-    1
+    >>> config = load_config("multi30k_de_en", ["training.epochs=1"])
+    >>> config.training.epochs, config.model.d_model
+    (1, 256)
     """
     import yaml
 
@@ -435,11 +388,9 @@ def save_config(config: ExperimentConfig, path: str) -> None:
 
 
 def _resolve_config_path(path: str) -> str:
-    import os
-
     if os.path.exists(path):
         return path
-    packaged = os.path.join(os.path.dirname(__file__), "configs", f"{path}.yaml")
+    packaged = os.path.join(CONFIGS_DIR, f"{path}.yaml")
     if os.sep not in path and "/" not in path and os.path.exists(packaged):
         return packaged
     raise FileNotFoundError(f"No config file at {path!r} (nor a packaged config of that name).")
@@ -457,10 +408,14 @@ def _set_path(values: dict[str, Any], parts: list[str], value: Any, key: str) ->
     node[parts[-1]] = value
 
 
-def _from_dict(cls, values: dict[str, Any], prefix: str):
-    import typing
-
-    hints = typing.get_type_hints(cls)
+def _check_keys(cls: type, values: Any, prefix: str) -> None:
+    """Unknown keys and non-mapping sections, named with their section (dacite says less)."""
+    if not isinstance(values, dict):
+        where = f"`{prefix.rstrip('.')}`" if prefix else "the config"
+        raise ValueError(
+            f"Received an invalid value for {where}, expected a mapping (a config section). "
+            f"Received: {values!r}"
+        )
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(values) - set(fields))
     if unknown:
@@ -469,75 +424,21 @@ def _from_dict(cls, values: dict[str, Any], prefix: str):
             f"Received unknown key(s) {[prefix + k for k in unknown]} in {where}, expected "
             f"some of {sorted(fields)}."
         )
-    kwargs = {}
     for name, value in values.items():
-        hint = hints[name]
-        key = prefix + name
-        if dataclasses.is_dataclass(hint):
-            if value is None:
-                value = {}
-            if not isinstance(value, dict):
-                raise ValueError(
-                    f"Received an invalid value for `{key}`, expected a mapping (a config "
-                    f"section). Received: {key}={value!r}"
-                )
-            kwargs[name] = _from_dict(hint, value, key + ".")
-        else:
-            kwargs[name] = _coerce(key, value, hint)
-    return cls(**kwargs)
+        field_type = _SECTIONS.get(name) if not prefix else None
+        if field_type is not None:
+            _check_keys(field_type, {} if value is None else value, f"{name}.")
 
 
-def _coerce(key: str, value: Any, hint: Any) -> Any:
-    """Checks `value` against the type hint `hint`, converting ints to floats and float text."""
-    import types
-    import typing
-
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        options = typing.get_args(hint)
-        if value is None and type(None) in options:
-            return None
-        errors = []
-        for option in options:
-            if option is type(None):
-                continue
-            try:
-                return _coerce(key, value, option)
-            except ValueError as e:
-                errors.append(e)
-        raise ValueError(
-            f"Received an invalid value for `{key}`, expected {_type_name(hint)}. "
-            f"Received: {key}={value!r}"
-        )
-    if origin is list:
-        (item,) = typing.get_args(hint)
-        if not isinstance(value, list):
-            raise ValueError(
-                f"Received an invalid value for `{key}`, expected {_type_name(hint)}. "
-                f"Received: {key}={value!r}"
-            )
-        return [_coerce(f"{key}[{i}]", v, item) for i, v in enumerate(value)]
-    ok = False
-    if hint is bool:
-        ok = isinstance(value, bool)
-    elif hint is int:
-        ok = isinstance(value, int) and not isinstance(value, bool)
-    elif hint is float:
-        if isinstance(value, str):
-            try:
-                value = float(value)
-            except ValueError:
-                pass
-        if isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        ok = isinstance(value, float)
-    elif hint is str:
-        ok = isinstance(value, str)
-    if not ok:
-        raise ValueError(
-            f"Received an invalid value for `{key}`, expected {_type_name(hint)}. "
-            f"Received: {key}={value!r}"
-        )
+def _float_from_number(value: Any) -> Any:
+    """YAML's `1` and `1e-9` (a string to YAML 1.1) where a float is expected."""
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
     return value
 
 
@@ -554,35 +455,14 @@ def _type_name(hint: Any) -> str:
     return names.get(hint, "null" if hint is type(None) else getattr(hint, "__name__", str(hint)))
 
 
-def _positive(value: Any) -> bool:
-    return value > 0
+def _value_at(values: dict[str, Any], path: str) -> Any:
+    node: Any = values
+    for part in path.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node
 
 
-def _non_negative(value: Any) -> bool:
-    return value >= 0
-
-
-def _rate(value: Any) -> bool:
-    return 0 <= value < 1
-
-
-_EXPECTED = {
-    _positive: "a positive value",
-    _non_negative: "a non-negative value",
-    _rate: "a value in [0, 1)",
-}
-
-
-def _check(key: str, value: Any, rule: Any, optional: bool = False) -> None:
-    if value is None and optional:
-        return
-    if isinstance(rule, tuple):
-        ok = any(value is r or (type(value) is type(r) and value == r) for r in rule)
-        expected = f"one of {list(rule)}"
-    else:
-        ok = value is not None and rule(value)
-        expected = _EXPECTED[rule]
-    if not ok:
-        raise ValueError(
-            f"Received an invalid value for `{key}`, expected {expected}. Received: {key}={value!r}"
-        )
+# Strict: unknown keys are errors (`_check_keys` names them first, with their section).
+_DACITE_CONFIG = dacite.Config(strict=True, type_hooks={float: _float_from_number})
+_SECTIONS: dict[str, type] = {}
+_SECTIONS.update(model=ModelConfig, data=DataConfig, training=TrainingConfig)

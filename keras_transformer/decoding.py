@@ -46,42 +46,24 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.validation import check_non_negative_int, check_positive_int
+from keras_transformer.constants import BOS_ID, DECODING_METHODS, EOS_ID, JIT_COMPILE_OPTIONS
+from keras_transformer.validation import (
+    check_int,
+    check_lengths,
+    check_non_negative_float,
+    check_non_negative_int,
+    check_one_of,
+    check_optional,
+    check_positive_float,
+    check_positive_int,
+    check_probability,
+)
 
 logger = logging.getLogger(__name__)
 
-# The package's fixed special ids (see `keras_transformer.tokenization`).
-BOS_ID = 2
-EOS_ID = 3
-
-METHODS = ("greedy", "beam", "sample")
 DEFAULT_LENGTH_BUCKETS = (16, 32, 64, 128, 256, 512, 1024)
 
 _NEG_INF = float("-inf")
-
-
-# ---------------------------------------------------------------------------------------
-# Argument checks.
-
-
-def _check_non_negative_float(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-        raise ValueError(
-            f"Received an invalid value for argument `{name}`, expected a non-negative "
-            f"number. Received: {name}={value!r}"
-        )
-    return float(value)
-
-
-def _check_top_p(top_p: Any) -> float | None:
-    if top_p is None:
-        return None
-    if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1:
-        raise ValueError(
-            "Received an invalid value for argument `top_p`, expected a float in (0, 1]. "
-            f"Received: top_p={top_p!r}"
-        )
-    return float(top_p)
 
 
 # ---------------------------------------------------------------------------------------
@@ -321,8 +303,11 @@ def greedy_search(
     Returns:
         `(tokens, scores)`: int32 (B, T) without BOS, `pad_id` after EOS, and float32 (B,).
 
-    Example:
-    >>> tokens, scores = greedy_search(model, source_ids, num_steps=32)  # doctest: +SKIP
+    Example (not run as a doctest: it needs a trained model):
+
+    ```python
+    tokens, scores = greedy_search(model, source_ids, num_steps=32)
+    ```
     """
     return _token_search(
         model,
@@ -434,11 +419,14 @@ def beam_search(
     Returns:
         `(tokens, scores)`: int32 (B, K, T) and float32 (B, K), best first.
 
-    Example:
-    >>> tokens, scores = beam_search(model, source_ids, num_steps=32, beam_size=4)  # doctest: +SKIP
+    Example (not run as a doctest: it needs a trained model):
+
+    ```python
+    tokens, scores = beam_search(model, source_ids, num_steps=32, beam_size=4)
+    ```
     """
     beam_size = check_positive_int("beam_size", beam_size)
-    length_penalty = _check_non_negative_float("length_penalty", length_penalty)
+    length_penalty = check_non_negative_float("length_penalty", length_penalty)
     pad_id = model.pad_id
     k = beam_size
     batch_size, max_lengths, num_steps = _resolve_lengths(source_ids, max_lengths, num_steps)
@@ -581,7 +569,8 @@ class BatchDecoder:
 
     Args:
         model: a `Transformer`.
-        method: `"greedy"`, `"beam"` or `"sample"`.
+        method: `"greedy"`, `"beam"` or `"sample"`; by default beam search when
+            `beam_size > 1`, else greedy search.
         beam_size: K for `"beam"`.
         length_penalty: the GNMT alpha (beam ranking; the score of every method).
         early_stopping: see `beam_search`.
@@ -606,16 +595,19 @@ class BatchDecoder:
     Returns:
         A `DecodeOutput` with numpy `tokens` (B, K, T) and `scores` (B, K).
 
-    Example:
-    >>> decoder = BatchDecoder(model, method="beam", beam_size=4)  # doctest: +SKIP
-    >>> decoder(np.array([[5, 6, 7, 0], [8, 9, 0, 0]])).tokens.shape  # doctest: +SKIP
-    (2, 4, 16)
+    Example (not run as a doctest: it needs a trained model):
+
+    ```python
+    decoder = BatchDecoder(model, method="beam", beam_size=4)
+    decoder(np.array([[5, 6, 7, 0], [8, 9, 0, 0]])).tokens.shape
+    # (2, 4, 16)
+    ```
     """
 
     def __init__(
         self,
         model,
-        method: str = "beam",
+        method: str | None = None,
         beam_size: int = 4,
         length_penalty: float = 0.6,
         early_stopping: bool = False,
@@ -632,20 +624,12 @@ class BatchDecoder:
         bos_id: int = BOS_ID,
         eos_id: int = EOS_ID,
     ):
-        if method not in METHODS:
-            raise ValueError(
-                f"Received an invalid value for argument `method`, expected one of {METHODS}. "
-                f"Received: method={method!r}"
-            )
-        if jit_compile not in (True, False, "auto"):
-            raise ValueError(
-                "Received an invalid value for argument `jit_compile`, expected True, False "
-                f'or "auto". Received: jit_compile={jit_compile!r}'
-            )
         self.model = model
-        self.method = method
         self.beam_size = check_positive_int("beam_size", beam_size)
-        self.length_penalty = _check_non_negative_float("length_penalty", length_penalty)
+        if method is None:
+            method = "beam" if self.beam_size > 1 else "greedy"
+        self.method = check_one_of("method", method, DECODING_METHODS)
+        self.length_penalty = check_non_negative_float("length_penalty", length_penalty)
         self.early_stopping = bool(early_stopping)
         model_max = int(model.max_length)
         if max_length is None:
@@ -656,36 +640,15 @@ class BatchDecoder:
                 "Received an invalid value for argument `max_length`, expected at most the "
                 f"model's `max_length`={model_max}. Received: max_length={max_length}"
             )
-        self.max_length_a = _check_non_negative_float("max_length_a", max_length_a)
+        self.max_length_a = check_non_negative_float("max_length_a", max_length_a)
         self.max_length_b = check_non_negative_int("max_length_b", max_length_b)
         self.min_length = check_non_negative_int("min_length", min_length)
-        if (
-            isinstance(temperature, bool)
-            or not isinstance(temperature, (int, float))
-            or not (temperature > 0)
-        ):
-            raise ValueError(
-                "Received an invalid value for argument `temperature`, expected a positive "
-                f"number. Received: temperature={temperature!r}"
-            )
-        self.temperature = float(temperature)
-        self.top_k = None if top_k is None else check_positive_int("top_k", top_k)
-        self.top_p = _check_top_p(top_p)
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise ValueError(
-                f"Received an invalid value for argument `seed`, expected an integer. "
-                f"Received: seed={seed!r}"
-            )
-        self.seed = seed
-        self.jit_compile = jit_compile
-        if not length_buckets or any(
-            isinstance(b, bool) or not isinstance(b, int) or b <= 0 for b in length_buckets
-        ):
-            raise ValueError(
-                "Received an invalid value for argument `length_buckets`, expected a "
-                f"non-empty sequence of positive integers. Received: {length_buckets!r}"
-            )
-        self.length_buckets = tuple(sorted(set(length_buckets)))
+        self.temperature = check_positive_float("temperature", temperature)
+        self.top_k = check_optional(check_positive_int, "top_k", top_k)
+        self.top_p = check_optional(check_probability, "top_p", top_p)
+        self.seed = check_int("seed", seed)
+        self.jit_compile = check_one_of("jit_compile", jit_compile, JIT_COMPILE_OPTIONS)
+        self.length_buckets = tuple(sorted(set(check_lengths("length_buckets", length_buckets))))
         self.bos_id = bos_id
         self.eos_id = eos_id
         self._functions: dict[bool, Any] = {}

@@ -37,6 +37,7 @@ import keras
 import tensorflow as tf
 
 from keras_transformer.translator import Translator
+from keras_transformer.validation import check_positive_int
 
 logger = logging.getLogger(__name__)
 
@@ -122,10 +123,13 @@ def export_translator(
         ValueError: for a bad `version`/`model_name`, an existing version, or ops outside
             the allow-list; nothing is left on disk then.
 
-    Example:
-    >>> translator = Translator.from_run_dir("runs/de-en", beam_size=4)  # doctest: +SKIP
-    >>> export_translator(translator, "exports")  # doctest: +SKIP
-    'exports/transformer/1'
+    Example (not run as a doctest: it needs a trained run directory):
+
+    ```python
+    translator = Translator.from_run_dir("runs/de-en", beam_size=4)
+    export_translator(translator, "exports")
+    # 'exports/transformer/1'
+    ```
     """
     if not model_name or os.sep in model_name or model_name.startswith("."):
         raise ValueError(
@@ -135,11 +139,7 @@ def export_translator(
     model_dir = os.path.join(base_path, model_name)
     if version is None:
         version = next_version(model_dir)
-    if isinstance(version, bool) or not isinstance(version, int) or version <= 0:
-        raise ValueError(
-            "Received an invalid value for argument `version`, expected a positive integer. "
-            f"Received: version={version!r}"
-        )
+    check_positive_int("version", version)
     final_dir = os.path.join(model_dir, str(version))
     if os.path.exists(final_dir):
         raise ValueError(

@@ -47,26 +47,22 @@ import numpy as np
 import sentencepiece as spm
 import tensorflow as tf
 import tensorflow_text as tf_text
-from tensorflow_text.python.ops.sentencepiece_tokenizer import (
-    _SentencepieceModelResource,
-)
-from tensorflow_text.python.ops.sentencepiece_tokenizer import (
-    gen_sentencepiece_tokenizer as _gen_sentencepiece,
-)
 
-from keras_transformer.validation import check_positive_int
+from keras_transformer.compat import share_sentencepiece_resource
+from keras_transformer.constants import (
+    BOS_ID,
+    EOS_ID,
+    NORMALIZATIONS,
+    PAD_ID,
+    TOKENIZER_MODEL_TYPES,
+    UNK_ID,
+)
+from keras_transformer.validation import check_one_of, check_positive_int, check_probability
 
 logger = logging.getLogger(__name__)
 
-PAD_ID = 0
-UNK_ID = 1
-BOS_ID = 2
-EOS_ID = 3
 MODEL_FILENAME = "spm.model"
 VOCAB_FILENAME = "spm.vocab"
-
-_MODEL_TYPES = ("unigram", "bpe")
-_NORMALIZATIONS = ("nmt_nfkc", "nfkc", "nmt_nfkc_cf", "nfkc_cf", "identity")
 
 
 def append_eos(ids: tf.RaggedTensor, eos_id: int = EOS_ID) -> tf.RaggedTensor:
@@ -143,8 +139,10 @@ class SubwordTokenizer(tf.Module):
             # fails with "Resource ... does not exist". A `shared_name` keeps it in the
             # resource manager; naming it by the model's hash shares it only between
             # identical models.
-            self._sentencepiece._model_resource = _SharedSentencepieceResource(
-                model_proto, "keras_transformer_spm_" + hashlib.sha256(model_proto).hexdigest()
+            share_sentencepiece_resource(
+                self._sentencepiece,
+                model_proto,
+                "keras_transformer_spm_" + hashlib.sha256(model_proto).hexdigest(),
             )
 
     @property
@@ -188,10 +186,12 @@ class SubwordTokenizer(tf.Module):
             A `tf.RaggedTensor` of int32 ids of shape `(B, None)`; for a scalar input, a 1-D
             int32 `tf.Tensor`.
 
-        Example:
+        Example (not run as a doctest: it trains or loads SentencePiece models):
 
-        >>> tokenizer.tokenize(["A dog.", "A cat runs."])  # doctest: +SKIP
-        <tf.RaggedTensor [[4, 51, 7], [4, 95, 310, 7]]>
+        ```python
+        tokenizer.tokenize(["A dog.", "A cat runs."])
+        # <tf.RaggedTensor [[4, 51, 7], [4, 95, 310, 7]]>
+        ```
         """
         strings = tf.convert_to_tensor(strings, dtype=tf.string)
         return self._sentencepiece.tokenize(strings)
@@ -209,10 +209,12 @@ class SubwordTokenizer(tf.Module):
         Returns:
             A `tf.string` tensor of shape `(B,)` (a scalar for a 1-D input).
 
-        Example:
+        Example (not run as a doctest: it trains or loads SentencePiece models):
 
-        >>> tokenizer.detokenize([[2, 4, 51, 7, 3, 0], [4, 95, 3, 310, 0, 0]])  # doctest: +SKIP
-        <tf.Tensor: shape=(2,), dtype=string, numpy=array([b'A dog.', b'A cat'], dtype=object)>
+        ```python
+        tokenizer.detokenize([[2, 4, 51, 7, 3, 0], [4, 95, 3, 310, 0, 0]])
+        # <tf.Tensor: shape=(2,), dtype=string, numpy=array([b'A dog.', b'A cat'], dtype=object)>
+        ```
         """
         if isinstance(ids, tf.RaggedTensor):
             if ids.shape.rank != 2:
@@ -267,10 +269,12 @@ class SubwordTokenizer(tf.Module):
         Returns:
             The path of the model file.
 
-        Example:
+        Example (not run as a doctest: it trains or loads SentencePiece models):
 
-        >>> tokenizer.save("runs/de-en/tokenizer")  # doctest: +SKIP
-        'runs/de-en/tokenizer/spm.model'
+        ```python
+        tokenizer.save("runs/de-en/tokenizer")
+        # 'runs/de-en/tokenizer/spm.model'
+        ```
         """
         tf.io.gfile.makedirs(directory)
         path = os.path.join(directory, filename)
@@ -294,9 +298,11 @@ class SubwordTokenizer(tf.Module):
         Returns:
             A `SubwordTokenizer`.
 
-        Example:
+        Example (not run as a doctest: it trains or loads SentencePiece models):
 
-        >>> tokenizer = SubwordTokenizer.load("runs/de-en/tokenizer")  # doctest: +SKIP
+        ```python
+        tokenizer = SubwordTokenizer.load("runs/de-en/tokenizer")
+        ```
         """
         model_path = os.path.join(path, filename) if tf.io.gfile.isdir(path) else path
         if not tf.io.gfile.exists(model_path):
@@ -346,28 +352,18 @@ def train_sentencepiece(
     Returns:
         The trained `SubwordTokenizer`.
 
-    Example:
+    Example (not run as a doctest: it trains SentencePiece models):
 
-    >>> tokenizer = train_sentencepiece(["A dog runs.", "A cat sleeps."] * 500,
-    ...                                 vocab_size=300)  # doctest: +SKIP
+    ```python
+    tokenizer = train_sentencepiece(["A dog runs.", "A cat sleeps."] * 500,
+                                    vocab_size=300)
+    ```
     """
     check_positive_int("vocab_size", vocab_size)
     check_positive_int("max_sentences", max_sentences)
-    if model_type not in _MODEL_TYPES:
-        raise ValueError(
-            f"Received an invalid value for argument `model_type`, expected one of "
-            f"{_MODEL_TYPES}. Received: model_type={model_type!r}"
-        )
-    if normalization not in _NORMALIZATIONS:
-        raise ValueError(
-            f"Received an invalid value for argument `normalization`, expected one of "
-            f"{_NORMALIZATIONS}. Received: normalization={normalization!r}"
-        )
-    if isinstance(character_coverage, bool) or not 0 < character_coverage <= 1:
-        raise ValueError(
-            "Received an invalid value for argument `character_coverage`, expected a float in "
-            f"(0, 1]. Received: character_coverage={character_coverage!r}"
-        )
+    check_one_of("model_type", model_type, TOKENIZER_MODEL_TYPES)
+    check_one_of("normalization", normalization, NORMALIZATIONS)
+    check_probability("character_coverage", character_coverage)
     if isinstance(texts, (str, bytes)):
         raise ValueError(
             "Received an invalid value for argument `texts`, expected an iterable of "
@@ -446,9 +442,11 @@ def train_tokenizers(
     Returns:
         `(source_tokenizer, target_tokenizer)`.
 
-    Example:
+    Example (not run as a doctest: it trains or loads SentencePiece models):
 
-    >>> src_tok, tgt_tok = train_tokenizers(pairs, vocab_size=8000)  # doctest: +SKIP
+    ```python
+    src_tok, tgt_tok = train_tokenizers(pairs, vocab_size=8000)
+    ```
     """
     if shared:
         tokenizer = train_sentencepiece(
@@ -458,20 +456,6 @@ def train_tokenizers(
     source = train_sentencepiece((p[0] for p in _iter_pairs(pairs)), vocab_size, **kwargs)
     target = train_sentencepiece((p[1] for p in _iter_pairs(pairs)), vocab_size, **kwargs)
     return source, target
-
-
-class _SharedSentencepieceResource(_SentencepieceModelResource):
-    """tf-text's SentencePiece model resource, created with a `shared_name`."""
-
-    def __init__(self, model: bytes, shared_name: str) -> None:
-        self._shared_name = shared_name
-        super().__init__(model, "SentenceTokenizerInitializer")
-
-    def _create_resource(self):
-        with tf.name_scope("SentenceTokenizerInitializer"):
-            return _gen_sentencepiece.sentencepiece_op(
-                model=self._model, shared_name=self._shared_name
-            )
 
 
 class _Counter:

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer import decoding
+from keras_transformer import decoding as decoding_module
 from keras_transformer.tokenization import append_eos
 from keras_transformer.validation import check_positive_int
 
@@ -80,26 +80,23 @@ class Translator:
         model: the `Transformer`.
         source_tokenizer: tokenizer of the source language (`tokenize`).
         target_tokenizer: tokenizer of the target language (`detokenize`, `eos_id`).
-        beam_size: hypotheses kept by beam search; 1 means greedy search (unless `method`
-            says otherwise).
-        length_penalty: the GNMT alpha of `((5 + length) / 6) ** alpha`.
-        max_length: the absolute limit of output tokens; defaults to `model.max_length`.
-        max_length_a: each sentence's limit is `min(max_length, a * source_tokens + b)`.
-        max_length_b: see `max_length_a`.
         batch_size: sentences decoded at once.
-        method: `"greedy"`, `"beam"` or `"sample"`; defaults to `"beam"` when
-            `beam_size > 1`, else `"greedy"`.
-        jit_compile: `True`, `False` or `"auto"` (XLA with a fallback), see
-            `decoding.BatchDecoder`.
         source_eos: end every source with the source tokenizer's EOS, as the model was
             trained (`data.source_eos`; `from_run_dir` reads it from the run).
-        **decoder_kwargs: further `decoding.BatchDecoder` arguments (`early_stopping`,
-            `min_length`, `temperature`, `top_k`, `top_p`, `seed`, `length_buckets`).
+        **decoding: the search, `decoding.BatchDecoder`'s arguments and defaults: `method`
+            (beam search when `beam_size > 1`, else greedy), `beam_size`,
+            `length_penalty` (the GNMT alpha), `max_length`, `max_length_a`,
+            `max_length_b` (each sentence's limit is `min(max_length, a * source_tokens +
+            b)`), `jit_compile`, `early_stopping`, `min_length`, `temperature`, `top_k`,
+            `top_p`, `seed`, `length_buckets`.
 
-    Example:
-    >>> translator = Translator(model, source_tokenizer, target_tokenizer)  # doctest: +SKIP
-    >>> translator.translate(["Zwei Hunde spielen."])  # doctest: +SKIP
-    ['Two dogs are playing.']
+    Example (not run as a doctest: it needs a trained run directory):
+
+    ```python
+    translator = Translator(model, source_tokenizer, target_tokenizer)
+    translator.translate(["Zwei Hunde spielen."])
+    # ['Two dogs are playing.']
+    ```
     """
 
     def __init__(
@@ -107,37 +104,20 @@ class Translator:
         model,
         source_tokenizer,
         target_tokenizer,
-        beam_size: int = 4,
-        length_penalty: float = 0.6,
-        max_length: int | None = None,
-        max_length_a: float = 1.0,
-        max_length_b: int = 50,
         batch_size: int = 64,
-        method: str | None = None,
-        jit_compile: bool | str = "auto",
         source_eos: bool = True,
-        **decoder_kwargs: Any,
+        **decoding: Any,
     ):
         self.model = model
-        self.source_eos = bool(source_eos)
         self.source_tokenizer = source_tokenizer
         self.target_tokenizer = target_tokenizer
         self.batch_size = check_positive_int("batch_size", batch_size)
-        beam_size = check_positive_int("beam_size", beam_size)
-        if method is None:
-            method = "beam" if beam_size > 1 else "greedy"
-        self.decoder = decoding.BatchDecoder(
+        self.source_eos = bool(source_eos)
+        self.decoder = decoding_module.BatchDecoder(
             model,
-            method=method,
-            beam_size=beam_size,
-            length_penalty=length_penalty,
-            max_length=max_length,
-            max_length_a=max_length_a,
-            max_length_b=max_length_b,
-            jit_compile=jit_compile,
             bos_id=int(target_tokenizer.bos_id),
             eos_id=int(target_tokenizer.eos_id),
-            **decoder_kwargs,
+            **decoding,
         )
         if int(source_tokenizer.pad_id) != model.pad_id:
             raise ValueError(
@@ -156,8 +136,11 @@ class Translator:
             path: the run directory.
             **kwargs: `Translator` arguments.
 
-        Example:
-        >>> translator = Translator.from_run_dir("runs/de-en", beam_size=4)  # doctest: +SKIP
+        Example (not run as a doctest: it needs a trained run directory):
+
+        ```python
+        translator = Translator.from_run_dir("runs/de-en", beam_size=4)
+        ```
         """
         from keras_transformer.run_dir import load_run, trained_with_source_eos
 
@@ -181,7 +164,9 @@ class Translator:
 
     def _source_ids(self, strings: tf.Tensor) -> tf.RaggedTensor:
         """Tokenized sources (N, None), cut to the model's `max_length` (EOS included)."""
-        ragged = self.source_tokenizer.tokenize(strings)  # (N, None)
+        return self._cut_sources(self.source_tokenizer.tokenize(strings))
+
+    def _cut_sources(self, ragged: tf.RaggedTensor) -> tf.RaggedTensor:
         limit = int(self.model.max_length)
         if not self.source_eos:
             return ragged[:, :limit]
@@ -192,18 +177,18 @@ class Translator:
         model's `max_length`."""
         if not sentences:
             return []
-        strings = tf.constant(list(sentences), tf.string)
+        ragged = self.source_tokenizer.tokenize(tf.constant(list(sentences), tf.string))
         limit = int(self.model.max_length) - int(self.source_eos)
-        for i, length in enumerate(self.source_tokenizer.tokenize(strings).row_lengths()):
-            if int(length) > limit:
+        for i, length in enumerate(ragged.row_lengths().numpy()):
+            if length > limit:
                 logger.warning(
                     "Sentence %d has %d source tokens; keeping the first %d (the model's "
                     "max_length).",
                     i,
-                    int(length),
+                    length,
                     limit,
                 )
-        return [np.asarray(row, np.int32) for row in self._source_ids(strings).to_list()]
+        return [np.asarray(row, np.int32) for row in self._cut_sources(ragged).to_list()]
 
     def decode_ids(
         self, source_ids: Sequence[np.ndarray], progress: bool = False
@@ -261,9 +246,12 @@ class Translator:
             One list of `(translation, score)` per sentence; scores are length-penalized
             log-probabilities.
 
-        Example:
-        >>> translator.translate_nbest(["Ein Hund."], n=2)  # doctest: +SKIP
-        [[('A dog.', -0.2), ('One dog.', -0.9)]]
+        Example (not run as a doctest: it needs a trained run directory):
+
+        ```python
+        translator.translate_nbest(["Ein Hund."], n=2)
+        # [[('A dog.', -0.2), ('One dog.', -0.9)]]
+        ```
         """
         sentences = _as_sentences(sentences)
         available = self.decoder.num_hypotheses
@@ -286,9 +274,12 @@ class Translator:
     def translate(self, sentences: Iterable[str], progress: bool = False) -> list[str]:
         """Translates sentences; returns one string per input, in order.
 
-        Example:
-        >>> translator.translate(["Ein Hund läuft.", "Zwei Katzen."])  # doctest: +SKIP
-        ['A dog runs.', 'Two cats.']
+        Example (not run as a doctest: it needs a trained run directory):
+
+        ```python
+        translator.translate(["Ein Hund läuft.", "Zwei Katzen."])
+        # ['A dog runs.', 'Two cats.']
+        ```
         """
         return [best[0][0] for best in self.translate_nbest(sentences, n=1, progress=progress)]
 
@@ -309,10 +300,13 @@ class Translator:
             `(translations, scores)`: the best translation of each string, `tf.string` (N,),
             and its score, float32 (N,).
 
-        Example:
-        >>> fn = tf.function(translator.translate_strings,
-        ...                  input_signature=[tf.TensorSpec([None], tf.string)])  # doctest: +SKIP
-        >>> fn(tf.constant(["Ein Hund."]))  # doctest: +SKIP
+        Example (not run as a doctest: it needs a trained run directory):
+
+        ```python
+        fn = tf.function(translator.translate_strings,
+                         input_signature=[tf.TensorSpec([None], tf.string)])
+        fn(tf.constant(["Ein Hund."]))
+        ```
         """
         translations, scores = self.translate_strings_nbest(strings)  # (N, K), (N, K)
         return translations[:, 0], scores[:, 0]
@@ -333,7 +327,7 @@ class Translator:
         source_ids = tf.pad(
             source_ids, [[0, 0], [0, tf.maximum(1 - width, 0)]], constant_values=pad_id
         )  # (N, S)
-        max_lengths = decoding.max_decode_lengths(
+        max_lengths = decoding_module.max_decode_lengths(
             source_ids, pad_id, decoder.max_length, decoder.max_length_a, decoder.max_length_b
         )  # (N,)
         num_steps = tf.maximum(tf.reduce_max(tf.concat([max_lengths, [1]], 0)), 1)

@@ -1,60 +1,163 @@
-"""Argument checks shared by layers, models and configs.
+"""Argument checks shared by layers, models, decoding and configs: the one home of checks.
 
 Each raises `ValueError` in Keras core's wording: what was wrong, what was expected, and the
-value received, naming the argument.
+value received, naming the argument. A dotted name (`model.d_model`) is a config key and is
+named as such.
+
+`check_architecture` holds the rules of a Transformer's architecture (positive sizes, rates
+in [0, 1), `d_model` a multiple of `num_heads`), which the layers, the model, the
+architecture config and the experiment config all apply.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
-_ACTIVATIONS_HINT = "a Keras activation name or callable"
+
+def _invalid(name: str, expected: str, value: Any) -> ValueError:
+    what = f"`{name}`" if "." in name else f"argument `{name}`"
+    return ValueError(
+        f"Received an invalid value for {what}, expected {expected}. Received: {name}={value!r}"
+    )
+
+
+def _is_number(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, float))
+
+
+def check_int(name: str, value: Any) -> int:
+    """Returns `value` if it is an integer (not a bool), else raises `ValueError`."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _invalid(name, "an integer", value)
+    return value
 
 
 def check_positive_int(name: str, value: Any) -> int:
     """Returns `value` if it is a positive integer, else raises `ValueError`."""
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(
-            f"Received an invalid value for argument `{name}`, expected a positive integer. "
-            f"Received: {name}={value!r}"
-        )
+        raise _invalid(name, "a positive integer", value)
     return value
 
 
 def check_non_negative_int(name: str, value: Any) -> int:
     """Returns `value` if it is an integer >= 0, else raises `ValueError`."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(
-            f"Received an invalid value for argument `{name}`, expected a non-negative "
-            f"integer. Received: {name}={value!r}"
-        )
+        raise _invalid(name, "a non-negative integer", value)
     return value
 
 
 def check_rate(name: str, value: Any) -> float:
     """Returns `value` if it is a float in [0, 1), else raises `ValueError`."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-        raise ValueError(
-            f"Received an invalid value for argument `{name}`, expected a float in [0, 1). "
-            f"Received: {name}={value!r}"
-        )
+    if not _is_number(value) or not 0 <= value < 1:
+        raise _invalid(name, "a float in [0, 1)", value)
+    return float(value)
+
+
+def check_probability(name: str, value: Any) -> float:
+    """Returns `value` if it is a float in (0, 1], else raises `ValueError`."""
+    if not _is_number(value) or not 0 < value <= 1:
+        raise _invalid(name, "a float in (0, 1]", value)
     return float(value)
 
 
 def check_positive_float(name: str, value: Any) -> float:
     """Returns `value` if it is a number > 0, else raises `ValueError`."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(
-            f"Received an invalid value for argument `{name}`, expected a positive number. "
-            f"Received: {name}={value!r}"
-        )
+    if not _is_number(value) or not value > 0:
+        raise _invalid(name, "a positive number", value)
     return float(value)
+
+
+def check_non_negative_float(name: str, value: Any) -> float:
+    """Returns `value` if it is a number >= 0, else raises `ValueError`."""
+    if not _is_number(value) or not value >= 0:
+        raise _invalid(name, "a non-negative number", value)
+    return float(value)
+
+
+def check_one_of(name: str, value: Any, options: Sequence[Any]) -> Any:
+    """Returns `value` if it is one of `options` (`True` is not `1`), else raises.
+
+    Example:
+    >>> check_one_of("method", "beam", ("greedy", "beam"))
+    'beam'
+    """
+    if not any(value is o or (type(value) is type(o) and value == o) for o in options):
+        raise _invalid(name, f"one of {tuple(options)}", value)
+    return value
+
+
+def check_optional(check: Callable[[str, Any], Any], name: str, value: Any) -> Any:
+    """`None`, or `check(name, value)`."""
+    return None if value is None else check(name, value)
+
+
+def check_lengths(name: str, values: Any, increasing: bool = False) -> tuple[int, ...]:
+    """Returns `values` as a tuple if it is a non-empty sequence of positive integers
+    (strictly increasing with `increasing`), else raises `ValueError`."""
+    ok = isinstance(values, (list, tuple)) and len(values) > 0
+    ok = ok and all(not isinstance(v, bool) and isinstance(v, int) and v > 0 for v in values)
+    if ok and increasing:
+        ok = all(a < b for a, b in zip(values, values[1:]))
+    if not ok:
+        order = "increasing " if increasing else ""
+        raise _invalid(name, f"a non-empty {order}sequence of positive integers", values)
+    return tuple(values)
 
 
 def check_divisible(name: str, value: int, divisor_name: str, divisor: int) -> None:
     """Raises `ValueError` unless `value` is divisible by `divisor`."""
     if value % divisor:
-        raise ValueError(
-            f"Received an invalid value for argument `{name}`, expected a multiple of "
-            f"`{divisor_name}`={divisor}. Received: {name}={value}"
+        raise _invalid(name, f"a multiple of `{divisor_name}`={divisor}", value)
+
+
+# The rule of each architecture argument, wherever it is given (layer, model or config).
+_ARCHITECTURE_RULES: dict[str, Callable[[str, Any], Any]] = {
+    "source_vocab_size": check_positive_int,
+    "target_vocab_size": check_positive_int,
+    "vocabulary_size": check_positive_int,
+    "num_encoder_layers": check_positive_int,
+    "num_decoder_layers": check_positive_int,
+    "num_layers": check_positive_int,
+    "d_model": check_positive_int,
+    "num_heads": check_positive_int,
+    "d_ff": check_positive_int,
+    "dropout": check_rate,
+    "attention_dropout": check_rate,
+    "max_length": check_positive_int,
+    "layer_norm_epsilon": check_positive_float,
+    "pad_id": check_non_negative_int,
+}
+
+
+def check_architecture(prefix: str = "", **values: Any) -> dict[str, Any]:
+    """Checks the architecture arguments given (any subset); returns them, normalized.
+
+    Args:
+        prefix: put before each name in errors (`"model."` for the experiment config).
+        **values: architecture arguments: vocabulary sizes, layer counts, `d_model`,
+            `num_heads`, `d_ff`, dropout rates, `max_length`, `layer_norm_epsilon`,
+            `pad_id`. Others (`activation`, `norm_first`, ...) are returned unchecked.
+
+    Returns:
+        The values, rates as floats.
+
+    Example:
+    >>> check_architecture(d_model=512, num_heads=8, dropout=0)
+    {'d_model': 512, 'num_heads': 8, 'dropout': 0.0}
+    >>> check_architecture(d_model=500, num_heads=8)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: Received an invalid value for argument `d_model`, expected a multiple...
+    """
+    checked = {
+        name: _ARCHITECTURE_RULES[name](prefix + name, value)
+        if name in _ARCHITECTURE_RULES
+        else value
+        for name, value in values.items()
+    }
+    if "d_model" in checked and "num_heads" in checked:
+        check_divisible(
+            prefix + "d_model", checked["d_model"], prefix + "num_heads", checked["num_heads"]
         )
+    return checked

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.decoding import BOS_ID, EOS_ID
+from keras_transformer.constants import BOS_ID, EOS_ID
 
 
 def _pieces(tokenizer, ids: np.ndarray) -> list[str]:
@@ -48,10 +48,13 @@ def translation_attention(
         `"encoder_self_attention"` (L, H, S, S). Row t of the decoder weights belongs to the
         step that emitted target piece t.
 
-    Example:
-    >>> src, tgt, w = translation_attention(translator, "Ein Hund.")  # doctest: +SKIP
-    >>> w["cross_attention"].shape  # doctest: +SKIP
-    (6, 8, 4, 3)
+    Example (not run as a doctest: it needs a trained translator):
+
+    ```python
+    src, tgt, w = translation_attention(translator, "Ein Hund.")
+    w["cross_attention"].shape
+    # (6, 8, 4, 3)
+    ```
     """
     source_ids = translator.encode_sources([sentence])[0]  # EOS last with source_eos
     if len(source_ids) <= int(translator.source_eos):

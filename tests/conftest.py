@@ -28,7 +28,8 @@ def two_cpu_strategy() -> tf.distribute.MirroredStrategy:
 
 @pytest.fixture(scope="session")
 def multi30k_dir() -> str:
-    """The offline Multi30k copy beside the project root (`../shared/data/multi30k`)."""
+    """The offline Multi30k copy (`$KERAS_TRANSFORMER_MULTI30K_DIR`, else
+    `../shared/data/multi30k` beside the project root)."""
     if not os.path.isdir(MULTI30K_DIR):
         raise FileNotFoundError(f"Expected the Multi30k copy at {MULTI30K_DIR}.")
     return MULTI30K_DIR

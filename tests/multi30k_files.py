@@ -1,10 +1,14 @@
-"""The offline Multi30k copy the tests read: `../shared/data/multi30k` beside the repo."""
+"""The offline Multi30k copy the tests read: `$KERAS_TRANSFORMER_MULTI30K_DIR`, else
+`../shared/data/multi30k` beside the repository (as the README says)."""
 
 import gzip
 import os
 
+from keras_transformer.constants import MULTI30K_DIR_ENV_VAR
+
 MULTI30K_DIR = os.path.abspath(
-    os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "multi30k")
+    os.environ.get(MULTI30K_DIR_ENV_VAR)
+    or os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "multi30k")
 )
 
 

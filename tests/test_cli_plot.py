@@ -5,7 +5,6 @@ The slow test trains a tiny run with `keras-transformer train` (TensorBoard logs
 `build/test-plots/plot_command_*.png` to be looked at.
 """
 
-import logging
 import os
 import shutil
 
@@ -32,26 +31,26 @@ FIGURES = (
 )
 
 
-def _errors(caplog):
-    return [r for r in caplog.records if r.levelno >= logging.ERROR]
+def _one_error_line(capsys) -> str:
+    """The single `keras-transformer plot: error: ...` line on stderr (see cli.USER_ERRORS)."""
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("keras-transformer ")]
+    assert len(lines) == 1 and lines[0].startswith("keras-transformer plot: error: "), err
+    assert "Traceback" not in err
+    return lines[0]
 
 
-def test_plot_refuses_a_missing_or_incomplete_run_directory(tmp_path, caplog):
+def test_plot_refuses_a_missing_or_incomplete_run_directory(tmp_path, capsys):
     missing = str(tmp_path / "missing")
-    with caplog.at_level(logging.ERROR):
-        assert main(["plot", missing]) == 2
-    [error] = _errors(caplog)
-    assert "not a directory" in error.getMessage() and missing in error.getMessage()
-    assert "\n" not in error.getMessage()
+    assert main(["plot", missing]) == 2
+    line = _one_error_line(capsys)
+    assert "not a directory" in line and missing in line
 
-    caplog.clear()
     incomplete = tmp_path / "incomplete"
     incomplete.mkdir()
-    with caplog.at_level(logging.ERROR):
-        assert main(["plot", str(incomplete), "--out", str(tmp_path / "out")]) == 2
-    [error] = _errors(caplog)
-    assert "incomplete run directory" in error.getMessage() and "model.keras" in error.getMessage()
-    assert "\n" not in error.getMessage()
+    assert main(["plot", str(incomplete), "--out", str(tmp_path / "out")]) == 2
+    line = _one_error_line(capsys)
+    assert "incomplete run directory" in line and "model.keras" in line
     assert not (tmp_path / "out").exists()  # nothing written for a run it cannot plot
 
 
@@ -84,7 +83,7 @@ def _train_args(run_dir, multi30k_dir, tfds_dir):
 
 
 @pytest.mark.slow
-def test_plot_writes_the_figures_of_a_trained_run(tmp_path, multi30k_dir, capsys, caplog):
+def test_plot_writes_the_figures_of_a_trained_run(tmp_path, multi30k_dir, capsys):
     run_dir = str(tmp_path / "run")
     assert main(_train_args(run_dir, multi30k_dir, str(tmp_path / "tfds"))) == 0
     capsys.readouterr()
@@ -120,7 +119,6 @@ def test_plot_writes_the_figures_of_a_trained_run(tmp_path, multi30k_dir, capsys
     # A damaged bleu.jsonl: one line naming the line, and a non-zero exit.
     with open(RunPaths(run_dir).bleu_log, "a") as f:
         f.write("{not json\n")
-    with caplog.at_level(logging.ERROR):
-        assert main(["plot", run_dir]) == 2
-    [error] = _errors(caplog)
-    assert "invalid line 3" in error.getMessage() and "\n" not in error.getMessage()
+    capsys.readouterr()
+    assert main(["plot", run_dir]) == 2
+    assert "invalid line 3" in _one_error_line(capsys)

@@ -6,9 +6,8 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer import Transformer
+from keras_transformer.constants import BOS_ID, EOS_ID
 from keras_transformer.decoding import (
-    BOS_ID,
-    EOS_ID,
     BatchDecoder,
     beam_search,
     bucket,

@@ -1,5 +1,6 @@
 """Export: versioned atomic writes, fresh-process loading (TF2 and TF1 session paths),
-saved_model_cli, the op allow-list, and the REST stand-in answering the real export."""
+saved_model_cli, the op allow-list, and the stand-in answering the real export over REST and
+gRPC."""
 
 import base64
 import json
@@ -230,34 +231,35 @@ def test_saved_model_cli_lists_the_signatures(exported):
 
 
 @pytest.mark.slow
-def test_rest_stand_in_serves_the_export(exported, expected):
+def test_stand_in_serves_the_export_over_rest_and_grpc(exported, expected):
     base, _ = exported
     with start_server(os.path.join(base, "transformer"), "transformer") as server:
-        client = ServingClient(server.url, "transformer", timeout=60)
-        rows = client.predict(SENTENCES)
-        assert [r["translations"] for r in rows] == expected["translations"]
-        np.testing.assert_allclose([r["scores"] for r in rows], expected["scores"], atol=1e-4)
-        columns = client.predict(SENTENCES, columnar=True)
-        assert columns["translations"] == expected["translations"]
-        tokens = client.predict(SENTENCES[:1], signature_name="tokenize")
-        assert (
-            tokens[0]["token_ids"][: expected["lengths"][0]]
-            == expected["token_ids"][0][: expected["lengths"][0]]
-        )
+        rest = ServingClient(server.url, "transformer", timeout=60)
+        grpc = ServingClient(f"grpc://{server.grpc_target}", "transformer", timeout=60)
+        for client in (rest, grpc):
+            rows = client.predict(SENTENCES)
+            assert [r["translations"] for r in rows] == expected["translations"]
+            np.testing.assert_allclose([r["scores"] for r in rows], expected["scores"], atol=1e-4)
+            columns = client.predict(SENTENCES, columnar=True)
+            assert columns["translations"] == expected["translations"]
+            tokens = client.predict(SENTENCES[:1], signature_name="tokenize")
+            length = expected["lengths"][0]
+            assert tokens[0]["token_ids"][:length] == expected["token_ids"][0][:length]
 
-        # Bad input on the real model: a clear 4xx or a normal answer, never a crash.
-        very_long = " ".join(["Hund"] * 2000)
-        assert len(client.predict([very_long])) == 1  # truncated to max_length, answered
-        invalid_utf8 = base64.b64encode(b"\xff\xfe Hund").decode()
-        try:
-            client.predict([{"b64": invalid_utf8}])
-        except ServingError as error:
-            assert 400 <= error.status_code < 500 and error.message
-        with pytest.raises(ServingError) as error:
-            client.predict([1, 2])
-        assert error.value.status_code == 400
-        # ... and the server still answers a valid request correctly.
-        assert [r["translations"] for r in client.predict(SENTENCES)] == expected["translations"]
+            # Bad input on the real model: a clear 4xx or a normal answer, never a crash.
+            very_long = " ".join(["Hund"] * 2000)
+            assert len(client.predict([very_long])) == 1  # truncated to max_length, answered
+            invalid_utf8 = base64.b64encode(b"\xff\xfe Hund").decode()
+            try:
+                client.predict([{"b64": invalid_utf8}])
+            except ServingError as error:
+                assert 400 <= error.status_code < 500 and error.message
+            with pytest.raises(ServingError) as error:
+                client.predict([1, 2])
+            assert error.value.status_code == 400
+            # ... and the server still answers a valid request correctly.
+            rows = client.predict(SENTENCES)
+            assert [r["translations"] for r in rows] == expected["translations"]
 
 
 def test_cli_export_from_a_run_dir(translator, tmp_path):

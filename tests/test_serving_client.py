@@ -16,8 +16,9 @@ from keras_transformer.serving.client import ServingClient, ServingError
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
+    from toy_model import save_toy_model
+
     from keras_transformer.serving.server import start_server
-    from keras_transformer.serving.toy_model import save_toy_model
 
     root = tmp_path_factory.mktemp("client")
     save_toy_model(root / "toy" / "1", prefix="v1:")
@@ -25,11 +26,16 @@ def server(tmp_path_factory):
     shutil.move(str(root / "staging"), str(root / "toy" / "2"))
     config = root / "models.config"
     config.write_text(
-        'model_config_list { config { name: "toy" base_path: "toy" '
-        "model_version_policy { all {} } "
+        f'model_config_list {{ config {{ name: "toy" base_path: "{root / "toy"}" '
+        'model_platform: "tensorflow" model_version_policy { all {} } '
         'version_labels { key: "stable" value: 1 } version_labels { key: "canary" value: 2 } } }'
     )
-    with start_server(model_config_file=config, port=0, poll_interval=0) as srv:
+    with start_server(
+        model_config_file=config,
+        allow_version_labels_for_unavailable_models=True,
+        port=0,
+        poll_interval=0,
+    ) as srv:
         yield srv
 
 

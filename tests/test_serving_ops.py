@@ -9,10 +9,10 @@ import sys
 
 import pytest
 import tensorflow as tf
+from toy_model import save_toy_model
 from xla_saved_model import save_xla_model
 
 from keras_transformer.serving import ops
-from keras_transformer.serving.toy_model import save_toy_model
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 
@@ -126,7 +126,7 @@ def test_missing_saved_model(tmp_path):
 def test_op_lists_are_reproducible(xla):
     """Regenerating each list in a fresh interpreter gives the committed op names."""
     out = subprocess.run(
-        [sys.executable, "-m", "keras_transformer.serving._allowlist_gen"]
+        [sys.executable, os.path.join(REPO, "tools", "allowlist_gen.py")]
         + (["--xla"] if xla else []),
         capture_output=True,
         text=True,

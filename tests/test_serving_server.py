@@ -1,4 +1,5 @@
-"""The development stand-in server: TF Serving's REST contract on a toy SavedModel."""
+"""The development stand-in server: TF Serving's REST contract on a toy SavedModel, its
+configuration files, batching, versions, and the command line."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -16,15 +18,18 @@ import urllib.error
 import urllib.request
 
 import pytest
+from toy_model import save_toy_model
 from xla_saved_model import save_xla_model
 
-from keras_transformer.serving.server import (
-    BatchingParameters,
-    build_arg_parser,
-    parse_model_config,
-    start_server,
+from keras_transformer.serving.cli import build_arg_parser
+from keras_transformer.serving.config import (
+    BatchOptions,
+    ConfigError,
+    load_batching_parameters,
+    load_model_server_config,
 )
-from keras_transformer.serving.toy_model import save_toy_model
+from keras_transformer.serving.servable import SessionOptions
+from keras_transformer.serving.server import start_server
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 MAX_BYTES = 64 * 1024
@@ -282,16 +287,51 @@ def test_bad_request_gets_4xx_and_server_keeps_answering(server, case):
     assert_healthy(server)
 
 
-def test_garbage_on_the_socket_does_not_hurt(server):
-    for junk in (
-        b"GARBAGE\r\n\r\n",
-        b"POST /v1/models/toy:predict HTTP/1.1\r\nContent-Length: x\r\n\r\n",
-    ):
-        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
-            sock.sendall(junk)
-            sock.shutdown(socket.SHUT_WR)
-            assert sock.recv(65536)  # some answer, then close
+MALFORMED_HTTP = {
+    "not_http": b"GARBAGE\r\n\r\n",
+    "bad_content_length": b"POST /v1/models/toy:predict HTTP/1.1\r\nHost: x\r\n"
+    b"Content-Length: x\r\n\r\n",
+    # A chunk longer than its size line says, then no CRLF where the terminator belongs.
+    "bad_chunk_terminator": b"POST /v1/models/toy:predict HTTP/1.1\r\nHost: x\r\n"
+    b'Transfer-Encoding: chunked\r\n\r\n5\r\n{"ins-XX\r\n0\r\n\r\n',
+    "bad_chunk_size": b"POST /v1/models/toy:predict HTTP/1.1\r\nHost: x\r\n"
+    b"Transfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n",
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED_HTTP))
+def test_malformed_http_gets_400_and_server_keeps_answering(server, case):
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(MALFORMED_HTTP[case])
+        answer = sock.recv(65536)
+    assert re.match(rb"HTTP/1\.[01] 400 ", answer), answer[:200]
     assert_healthy(server)
+
+
+def test_short_body_and_valid_chunked_body(server):
+    # The client promises 100 bytes, sends 10 and goes away: nothing is run, nothing breaks.
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(
+            b"POST /v1/models/toy:predict HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n"
+            b'{"inputs":'
+        )
+    assert_healthy(server)
+    body = b'{"inputs": ["chunked"]}'
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(
+            b"POST /v1/models/toy:predict HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n"
+            + b"%x\r\n%s\r\n" % (10, body[:10])
+            + b"%x\r\n%s\r\n" % (len(body) - 10, body[10:])
+            + b"0\r\n\r\n"
+        )
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 200 "), answer[:200]
+    assert json.loads(answer.split(b"\r\n\r\n", 1)[1]) == {
+        "outputs": {"scores": [0.7], "translations": ["v1:CHUNKED"]}
+    }
 
 
 # --- versions and config -----------------------------------------------------------------------
@@ -347,7 +387,8 @@ def test_model_that_needs_xla_loads_only_with_the_flag(tmp_path):
         assert "--xla_cpu_compilation_enabled=true" in message
         status, body = http(f"{srv.url}/v1/models/xla:predict", "POST", {"instances": [5.0]})
         assert status == 404 and "Servable not found" in body["error"]
-    with start_server(base, "xla", port=0, poll_interval=0, xla_compilation_enabled=True) as srv:
+    allow_xla = SessionOptions(xla_compilation_enabled=True)
+    with start_server(base, "xla", port=0, poll_interval=0, session_options=allow_xla) as srv:
         body = {"instances": [5.0, 5.0, 5.0, 5.0]}
         status, reply = http(f"{srv.url}/v1/models/xla:predict", "POST", body)
         assert status == 200 and reply == {"predictions": [5.0, 1.0, 1.0, 5.0]}
@@ -377,16 +418,23 @@ def test_model_config_file_with_labels(exports, tmp_path):
         model_config_list {
           config {
             name: "toy"
-            base_path: "toy"          # relative to the config file
+            base_path: "BASE"
             model_platform: "tensorflow"
             model_version_policy { specific { versions: 1 versions: 2 } }
             version_labels { key: "stable" value: 1 }
             version_labels { key: "canary" value: 2 }
           }
         }
-        """
+        """.replace("BASE", str(base))
     )
-    with start_server(model_config_file=config, port=0, poll_interval=0) as srv:
+    with pytest.raises(ConfigError, match="allow_version_labels_for_unavailable_models"):
+        start_server(model_config_file=config, port=0, poll_interval=0)
+    with start_server(
+        model_config_file=config,
+        allow_version_labels_for_unavailable_models=True,
+        port=0,
+        poll_interval=0,
+    ) as srv:
         for suffix, expected in [
             ("", "v2:A"),
             ("/labels/stable", "v1:A"),
@@ -404,16 +452,109 @@ def test_model_config_file_with_labels(exports, tmp_path):
         assert status == 400 and "Unrecognized servable version label: beta" in body["error"]
 
 
-def test_repo_deployment_configs_parse():
-    with open(os.path.join(REPO, "serving", "models.config"), encoding="utf-8") as f:
-        configs = parse_model_config(f.read(), "/")
-    assert configs and all(c.base_path.startswith("/models/") for c in configs)
-    labels = configs[0].version_labels
-    assert {"stable", "canary"} <= set(labels)
-    assert configs[0].version_policy[0] == "specific"
-    assert set(labels.values()) <= set(configs[0].version_policy[1])
-    params = BatchingParameters.from_file(os.path.join(REPO, "serving", "batching.config"))
-    assert params.max_batch_size >= 1 and params.batch_timeout_micros >= 0
+# Every config file under serving/ and the schema TF Serving reads it with.
+REPO_CONFIGS = {"models.config": "ModelServerConfig", "batching.config": "BatchingParameters"}
+
+
+def test_every_repo_config_file_parses_with_tf_servings_schema():
+    found = sorted(f for f in os.listdir(os.path.join(REPO, "serving")) if f.endswith(".config"))
+    assert found == sorted(REPO_CONFIGS), "a config file under serving/ has no parser in the test"
+    path = os.path.join(REPO, "serving", "models.config")
+    (model,) = load_model_server_config(path, allow_version_labels_for_unavailable_models=True)
+    assert model.name == "transformer" and model.base_path == "/models/transformer"
+    assert model.version_policy == ("specific", frozenset({1, 2}))
+    assert model.version_labels == {"stable": 1, "canary": 2}
+    # TF Serving refuses labels at startup without the flag; the compose file passes it.
+    with pytest.raises(ConfigError, match=r"models\.config:\d+: field version_labels"):
+        load_model_server_config(path)
+    with open(os.path.join(REPO, "serving", "docker-compose.yml"), encoding="utf-8") as f:
+        assert "--allow_version_labels_for_unavailable_models=true" in f.read()
+    params = load_batching_parameters(os.path.join(REPO, "serving", "batching.config"))
+    assert (params.max_batch_size, params.batch_timeout_micros) == (32, 5000)
+    assert (params.max_enqueued_batches, params.num_batch_threads) == (100, 4)
+
+
+BAD_CONFIGS = {
+    # name: (kind, file text, regex the message must match after "FILE")
+    "misspelt_field": (
+        "models",
+        'model_config_list {\n  config {\n    nam: "toy"\n  }\n}\n',
+        r'^:3:\d+: field nam: .*has no field named "nam"',
+    ),
+    "misspelt_nested_field": (
+        "models",
+        'model_config_list { config { name: "toy" base_path: "/m"\n'
+        "  model_version_policy { latest { num_version: 2 } } } }\n",
+        r"^:2:\d+: field num_version: ",
+    ),
+    "wrong_type": (
+        "models",
+        "model_config_list {\n config {\n  name: 3\n } }\n",
+        r"^:3:\d+: field name: .*Expected string",
+    ),
+    "relative_base_path": (
+        "models",
+        'model_config_list {\n config {\n  name: "toy"\n  base_path: "toy"\n'
+        '  model_platform: "tensorflow" } }\n',
+        r"^:4: field base_path: Expected model toy to have an absolute path",
+    ),
+    "missing_platform": (
+        "models",
+        'model_config_list {\n config {\n  name: "toy"\n  base_path: "/m" } }\n',
+        r"^:3: field model_platform: Illegal setting neither",
+    ),
+    "duplicate_model": (
+        "models",
+        'model_config_list {\n config { name: "a" base_path: "/a" model_platform: "tensorflow" }'
+        '\n config { name: "a" base_path: "/b" model_platform: "tensorflow" } }\n',
+        r"^:3: field name: Illegal to list model a multiple times",
+    ),
+    "custom_model_config": (
+        "models",
+        "custom_model_config {}\n",
+        r"^:1: field custom_model_config: ",
+    ),
+    "bare_wrapper_value": (
+        "batching",
+        "max_batch_size: 8\n",
+        r'^:1:\d+: field max_batch_size: .*Expected "{"',
+    ),
+    "misspelt_batching_field": (
+        "batching",
+        "max_batch_size { value: 8 }\nnum_batch_thread { value: 2 }\n",
+        r"^:2:\d+: field num_batch_thread: .*has no field named",
+    ),
+    "unsupported_batching_option": (
+        "batching",
+        "max_batch_size { value: 8 }\nallowed_batch_sizes: [4, 8]\n",
+        r"^:2: field allowed_batch_sizes: not supported by the stand-in",
+    ),
+    "batching_value_out_of_range": (
+        "batching",
+        "\nnum_batch_threads { value: 0 }\n",
+        r"^:2: field num_batch_threads: .*must be >= 1",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CONFIGS))
+def test_bad_config_is_a_startup_error_naming_file_line_and_field(case, tmp_path):
+    kind, text, expected = BAD_CONFIGS[case]
+    path = tmp_path / f"{kind}.config"
+    path.write_text(text)
+    load = load_model_server_config if kind == "models" else load_batching_parameters
+    with pytest.raises(ConfigError) as error:
+        load(path)
+    message = str(error.value)
+    assert message.startswith(str(path)), message
+    assert re.search(expected, message[len(str(path)) :]), message
+
+
+def test_batching_file_without_enable_batching_is_refused(tmp_path):
+    """TF Serving: "batching_parameters_file is set without setting enable_batching"."""
+    batching = os.path.join(REPO, "serving", "batching.config")
+    with pytest.raises(ValueError, match="without setting enable_batching"):
+        start_server(tmp_path, "toy", port=0, batching_parameters=batching)
 
 
 def test_tf_text_ops_load_through_the_session_loader(tmp_path):
@@ -476,7 +617,7 @@ def test_concurrent_clients_without_batching(server):
 def test_concurrent_clients_with_batching(exports, tmp_path):
     base = tmp_path / "toy"
     shutil.copytree(exports[1], base / "1")
-    params = BatchingParameters(max_batch_size=16, batch_timeout_micros=5000, num_batch_threads=2)
+    params = BatchOptions(max_batch_size=16, batch_timeout_micros=5000, num_batch_threads=2)
     with start_server(
         base, "toy", port=0, poll_interval=0, enable_batching=True, batching_parameters=params
     ) as srv:
@@ -495,8 +636,8 @@ def test_concurrent_clients_with_batching(exports, tmp_path):
 def test_batching_merges_concurrent_requests(exports, tmp_path):
     base = tmp_path / "toy"
     shutil.copytree(exports[1], base / "1")
-    params = BatchingParameters(
-        max_batch_size=64, batch_timeout_micros=300_000, num_batch_threads=1
+    params = BatchOptions(
+        max_batch_size=64, batch_timeout_micros=300_000, num_batch_threads=1, max_padding=1.0
     )
     with start_server(
         base, "toy", port=0, poll_interval=0, enable_batching=True, batching_parameters=params
@@ -517,45 +658,83 @@ def test_batching_merges_concurrent_requests(exports, tmp_path):
 # --- CLI ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.slow
-def test_cli_serves_until_terminated(exports, tmp_path):
-    base = tmp_path / "toy"
-    shutil.copytree(exports[1], base / "1")
+def start_cli(args, cwd=REPO):
+    """The server as a process; returns (process, REST port, gRPC port) once both listen."""
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "keras_transformer.serving.server",
-            "--model_base_path",
-            str(base),
-            "--model_name",
-            "toy",
-            "--rest_api_port",
-            "0",
-            "--file_system_poll_wait_seconds",
-            "0",
-        ],
+        [sys.executable, "-m", "keras_transformer.serving", *args],
         stderr=subprocess.PIPE,
         text=True,
+        cwd=cwd,
+    )
+    ports = {}
+    deadline = time.monotonic() + 120
+    while len(ports) < 2 and time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        for key, pattern in (
+            ("rest", r"Exporting HTTP/REST API at:127\.0\.0\.1:(\d+)"),
+            ("grpc", r"Running gRPC ModelServer at 127\.0\.0\.1:(\d+)"),
+        ):
+            m = re.search(pattern, line)
+            if m:
+                ports[key] = int(m.group(1))
+    if len(ports) < 2:
+        proc.kill()
+        raise AssertionError(f"the server did not report its ports: {proc.stderr.read()[-2000:]}")
+    return proc, ports["rest"], ports["grpc"]
+
+
+@pytest.mark.slow
+def test_cli_serves_both_apis_and_sigterm_answers_requests_in_flight(exports, tmp_path):
+    base = tmp_path / "toy"
+    shutil.copytree(exports[1], base / "1")
+    batching = tmp_path / "batching.config"
+    # Each request waits 2 s in the batcher for company: long enough to be in flight at SIGTERM.
+    batching.write_text("max_batch_size { value: 64 }\nbatch_timeout_micros { value: 2000000 }\n")
+    proc, rest_port, grpc_port = start_cli(
+        [
+            "--model_base_path", str(base), "--model_name", "toy",
+            "--rest_api_port", "0", "--port", "0", "--file_system_poll_wait_seconds", "0",
+            "--enable_batching", "--batching_parameters_file", str(batching),
+        ]
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{rest_port}/v1/models/toy:predict"
+    try:
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            in_flight = pool.submit(http, url, "POST", {"inputs": ["a"]})
+            time.sleep(0.5)
+            proc.send_signal(signal.SIGTERM)
+            assert in_flight.result(timeout=30) == (
+                200,
+                {"outputs": {"scores": [0.1], "translations": ["v1:A"]}},
+            )
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    # Both ports are closed now.
+    for port in (rest_port, grpc_port):
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", port), timeout=2).close()
+
+
+@pytest.mark.slow
+def test_cli_refuses_a_bad_config_naming_file_line_and_field(tmp_path):
+    config = tmp_path / "models.config"
+    config.write_text('model_config_list {\n  config {\n    nmae: "toy"\n  }\n}\n')
+    result = subprocess.run(
+        [sys.executable, "-m", "keras_transformer.serving", "--model_config_file", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=120,
         cwd=REPO,
     )
-    try:
-        port = None
-        deadline = time.monotonic() + 90
-        while port is None and time.monotonic() < deadline:
-            line = proc.stderr.readline()
-            if not line:
-                break
-            m = re.search(r"Exporting HTTP/REST API at:127\.0\.0\.1:(\d+)", line)
-            port = int(m.group(1)) if m else None
-        assert port, "server did not report its port"
-        status, body = http(
-            f"http://127.0.0.1:{port}/v1/models/toy:predict", "POST", {"inputs": ["a"]}
-        )
-        assert (status, body["outputs"]["translations"]) == (200, ["v1:A"])
-    finally:
-        proc.terminate()
-        assert proc.wait(timeout=30) == 0
+    assert result.returncode == 1
+    assert f"Failed to start server. Error: {config}:3:" in result.stderr
+    assert 'field nmae: Message type "tensorflow.serving.ModelConfig" has no field named' in (
+        result.stderr
+    )
 
 
 # --- units -------------------------------------------------------------------------------------
@@ -564,7 +743,8 @@ def test_cli_serves_until_terminated(exports, tmp_path):
 def test_string_outputs_utf8_or_base64():
     import numpy as np
 
-    from keras_transformer.serving.server import ServingStatusError, make_predict_response
+    from keras_transformer.serving.codec import make_predict_response
+    from keras_transformer.serving.errors import ServingStatusError
 
     bad = {"translations": np.array([b"ok", b"\xff"], dtype=object)}
     with pytest.raises(ServingStatusError) as e:
@@ -583,7 +763,8 @@ def test_string_outputs_utf8_or_base64():
 def test_json_to_array_type_rules():
     from tensorflow.core.framework import types_pb2
 
-    from keras_transformer.serving.server import ServingStatusError, json_to_array
+    from keras_transformer.serving.codec import json_to_array
+    from keras_transformer.serving.errors import ServingStatusError
 
     assert json_to_array([[1, 2]], types_pb2.DT_INT32).tolist() == [[1, 2]]
     assert json_to_array(1, types_pb2.DT_FLOAT).dtype.name == "float32"
@@ -597,25 +778,6 @@ def test_json_to_array_type_rules():
     ]:
         with pytest.raises(ServingStatusError):
             json_to_array(value, dtype)
-
-
-def test_parse_text_proto_subset():
-    from keras_transformer.serving.server import parse_text_proto
-
-    parsed = parse_text_proto(
-        'a { value: 3 } b: "x" "y"  # comment\n c: [1, 2] d < e: true > f: ENUM_NAME'
-    )
-    assert parsed == {
-        "a": [{"value": [3]}],
-        "b": ["xy"],
-        "c": [1, 2],
-        "d": [{"e": [True]}],
-        "f": ["ENUM_NAME"],
-    }
-    params = BatchingParameters.from_text(
-        "max_batch_size { value: 8 } num_batch_threads { value: 1 }"
-    )
-    assert (params.max_batch_size, params.num_batch_threads) == (8, 1)
 
 
 def test_version_swap_under_load_drops_no_request(exports, tmp_path):
@@ -661,3 +823,48 @@ def test_keep_alive_connection_survives_errors(server):
             assert json.loads(reply.read())
     finally:
         conn.close()
+
+
+def test_batcher_groups_similar_lengths_and_splits_what_would_pad_too_much():
+    import numpy as np
+
+    from keras_transformer.serving.batcher import _Task, choose_batch, padding
+
+    def task(text: str) -> _Task:
+        return _Task("serving_default", {"sentences": np.array([text.encode()], object)}, ("k",))
+
+    first = task("x" * 20)
+    others = [task("x" * n) for n in (2, 19, 40, 21, 3, 22)]
+    options = BatchOptions(max_batch_size=4, num_batch_threads=1, max_padding=0.5)
+    chosen = choose_batch(first, others, options)
+    # The oldest request and its nearest neighbours in length, up to max_batch_size rows.
+    assert sorted(t.length for t in chosen) == [19, 20, 21, 22]
+    assert padding(chosen) < 0.1
+    # Nothing close enough: the short ones are left for a batch of their own.
+    strict = BatchOptions(max_batch_size=4, num_batch_threads=1, max_padding=0.3)
+    assert [t.length for t in choose_batch(first, [task("ab"), task("abc")], strict)] == [20]
+    assert [t.length for t in choose_batch(task("ab"), [task("abc")], strict)] == [2, 3]
+    # max_padding 1 merges whatever is queued (TF Serving's behaviour).
+    merge_all = BatchOptions(max_batch_size=8, num_batch_threads=1, max_padding=1.0)
+    assert len(choose_batch(first, others, merge_all)) == 7
+
+
+def test_length_grouping_under_load_answers_every_request_correctly(exports, tmp_path):
+    base = tmp_path / "toy"
+    shutil.copytree(exports[1], base / "1")
+    params = BatchOptions(
+        max_batch_size=8, batch_timeout_micros=20_000, num_batch_threads=2, max_padding=0.3
+    )
+    with start_server(
+        base, "toy", port=0, poll_interval=0, enable_batching=True, batching_parameters=params
+    ) as srv:
+        words = [("w" * n) + str(i) for i, n in enumerate([1, 30, 2, 31, 3, 29, 1, 32] * 4)]
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            results = list(
+                pool.map(lambda w: http(predict_url(srv), "POST", {"inputs": [w]}), words)
+            )
+        for word, (status, body) in zip(words, results):
+            assert status == 200, body
+            assert body["outputs"]["translations"] == ["v1:" + word.upper()]
+        stats = srv.batching_stats("toy")
+        assert stats["tasks"] == len(words) and stats["batches"] < len(words)

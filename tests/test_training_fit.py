@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer.config import TransformerConfig
+from keras_transformer.model_config import TransformerConfig
 from keras_transformer.training import (
     ResumableBackupAndRestore,
     TrainingTransformer,

@@ -20,7 +20,7 @@ WORKER = textwrap.dedent(
     out = sys.argv[1]
     import numpy as np
     import tensorflow as tf
-    from keras_transformer.config import TransformerConfig
+    from keras_transformer.model_config import TransformerConfig
     from keras_transformer.training import build_model, compile_model, is_chief, make_strategy
 
     strategy = make_strategy("multi_worker")
@@ -108,10 +108,8 @@ def _run_workers(tmp_path, jit):
 
 
 @pytest.mark.slow
-def test_fit_under_multi_worker_mirrored_strategy(tmp_path):
-    # `_run_workers(tmp_path, jit=True)` passes too (per-replica XLA under MWMS) but takes
-    # ~1-2 min on 2 CPUs; XLA under a strategy is covered by the MirroredStrategy test.
-    jit = False
+@pytest.mark.parametrize("jit", [False, True], ids=["no_xla", "per_replica_xla"])
+def test_fit_under_multi_worker_mirrored_strategy(tmp_path, jit):
     results, weights = _run_workers(tmp_path, jit)
     assert [r["chief"] for r in results] == [True, False]
     for result in results:

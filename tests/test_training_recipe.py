@@ -191,3 +191,56 @@ def test_average_weights_means_floats_and_keeps_the_rest(tmp_path):
     np.testing.assert_allclose(kernel, 1.5) and np.testing.assert_allclose(bias, 15.0)
     with pytest.raises(ValueError, match="no weight files"):
         average_weights(model, [])
+
+
+class _FakeClock:
+    """`time.monotonic` for the budget callbacks: one second per training step."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+class _Tick(keras.callbacks.Callback):
+    def __init__(self, clock):
+        super().__init__()
+        self.clock = clock
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.clock.now += 1.0
+
+
+@pytest.mark.parametrize("decay", ["linear", "cosine"])
+def test_decay_ends_with_the_time_budget(monkeypatch, decay):
+    """With a budget of 30 steps' time and 500 planned steps, the rate reaches zero at the
+    budget's end, not the plan's."""
+    from keras_transformer.training import budget
+    from keras_transformer.training.callbacks import make_callbacks
+    from keras_transformer.training.schedules import TransformerSchedule
+
+    clock = _FakeClock()
+    monkeypatch.setattr(budget.time, "monotonic", clock)
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    schedule = TransformerSchedule(64, warmup_steps=2, decay=decay, total_steps=500)
+    model.compile(keras.optimizers.Adam(schedule), "mse")
+    rates = []
+    record = keras.callbacks.LambdaCallback(
+        on_train_batch_end=lambda b, logs: rates.append(float(model.optimizer.learning_rate))
+    )
+    callbacks = [
+        _Tick(clock),
+        record,
+        *make_callbacks(max_minutes=0.5, start=clock(), schedule=schedule, planned_steps=500),
+    ]
+    x, y = np.random.rand(40, 4), np.random.rand(40, 3)
+    model.fit(x, y, batch_size=8, epochs=100, callbacks=callbacks, verbose=0)
+    assert len(rates) == 30  # the budget: 30 one-second steps
+    assert float(schedule.horizon.numpy()) == 30.0  # estimated after the first epoch
+    assert max(rates) == pytest.approx(schedule.peak, rel=0.01)
+    assert rates[-1] < 0.05 * schedule.peak  # the rate ends with the budget
+    # The optimizer's rate after step i is the schedule's at i + 1, with the moved horizon.
+    assert rates[14] == pytest.approx(float(schedule(15)), rel=1e-5)
+    assert rates[14] < 0.75 * schedule.peak  # half way (with the plan's horizon: 0.97)

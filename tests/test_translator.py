@@ -10,7 +10,7 @@ import tensorflow as tf
 from multi30k_files import read_lines
 
 from keras_transformer import Transformer, cli
-from keras_transformer.decoding import EOS_ID
+from keras_transformer.constants import EOS_ID
 from keras_transformer.run_dir import RunPaths
 from keras_transformer.tokenization import train_sentencepiece
 from keras_transformer.translator import Translator

@@ -7,7 +7,7 @@ Add a subcommand by writing `<name>.py` here with `add_arguments(parser)` and
 SUMMARIES: dict[str, str] = {
     "train": "Train a Transformer from a YAML/JSON config (--config FILE --set key=value).",
     "export": "Export a trained run as a string-in/string-out SavedModel for TF Serving.",
-    "serve": "Serve exports with TF Serving's REST API (development stand-in, not TF Serving).",
+    "serve": "Serve exports with TF Serving's REST and gRPC APIs (a development stand-in).",
     "translate": "Translate sentences (arguments, a file or stdin) with a trained run.",
     "evaluate": "Translate a test set and score it with sacreBLEU (BLEU, chrF).",
     "average": "Average the weights of a run's last N epochs into its model.",

@@ -21,7 +21,10 @@ import json
 import logging
 import os
 
-from keras_transformer.commands.translate import add_decoding_arguments, translator_from_args
+from keras_transformer.commands.decoding_options import (
+    add_decoding_arguments,
+    translator_from_args,
+)
 
 logger = logging.getLogger(__name__)
 

@@ -64,7 +64,12 @@ def _masks_batch(translator, sentence: str):
 
 
 def _figures(args: argparse.Namespace) -> dict:
-    """`{name: Figure}` for the run; raises FileNotFoundError/ValueError on a bad run."""
+    """`{name: Figure}` for the run.
+
+    Raises:
+        FileNotFoundError: for an incomplete run directory.
+        ValueError: for a damaged `bleu.jsonl` or a sentence without tokens.
+    """
     from keras_transformer.plotting import (
         plot_bleu_over_time,
         plot_masks,
@@ -106,13 +111,8 @@ def _figures(args: argparse.Namespace) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     if not os.path.isdir(args.run_dir):
-        logger.error("Received RUN_DIR %r, which is not a directory.", args.run_dir)
-        return 2
-    try:
-        figures = _figures(args)
-    except (FileNotFoundError, ValueError) as e:
-        logger.error("%s", e)
-        return 2
+        raise FileNotFoundError(f"Received RUN_DIR {args.run_dir!r}, which is not a directory.")
+    figures = _figures(args)  # a bad run raises before any file is written
     out = args.out or os.path.join(args.run_dir, "plots")
     os.makedirs(out, exist_ok=True)
     for name, figure in figures.items():

@@ -1,7 +1,7 @@
-"""`keras-transformer serve`: the development stand-in with TF Serving's REST API.
+"""`keras-transformer serve`: the development stand-in with TF Serving's REST and gRPC APIs.
 
 Same flags as `tensorflow_model_server` where they exist (`--model_base_path`,
-`--model_name`, `--rest_api_port`, `--enable_batching`, ...). For production, run TF
+`--model_name`, `--port`, `--rest_api_port`, `--enable_batching`, ...). For production, run TF
 Serving itself (see `serving/README.md`).
 """
 
@@ -11,12 +11,12 @@ import argparse
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from keras_transformer.serving.server import build_arg_parser
+    from keras_transformer.serving.cli import build_arg_parser
 
     build_arg_parser(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    from keras_transformer.serving.server import run_from_args
+    from keras_transformer.serving.cli import run_from_args
 
     return run_from_args(args)

@@ -17,74 +17,12 @@ import logging
 import sys
 from collections.abc import Iterator
 
+from keras_transformer.commands.decoding_options import (
+    add_decoding_arguments,
+    translator_from_args,
+)
+
 logger = logging.getLogger(__name__)
-
-_JIT = {"auto": "auto", "on": True, "off": False}
-
-
-def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
-    """The decoding options shared by `translate` and `evaluate`."""
-    group = parser.add_argument_group("decoding")
-    group.add_argument(
-        "--method",
-        choices=("greedy", "beam", "sample"),
-        default=None,
-        help="Search method (default: beam when --beam-size > 1, else greedy).",
-    )
-    group.add_argument("--beam-size", type=int, default=4, help="Beam size (default: 4).")
-    group.add_argument(
-        "--length-penalty",
-        type=float,
-        default=0.6,
-        help="GNMT length penalty alpha, ((5 + len) / 6) ** alpha (default: 0.6).",
-    )
-    group.add_argument(
-        "--batch-size", type=int, default=64, help="Sentences per batch (default: 64)."
-    )
-    group.add_argument(
-        "--max-length",
-        type=int,
-        default=None,
-        help="Absolute limit of output tokens (default: the model's max_length).",
-    )
-    group.add_argument(
-        "--max-length-a",
-        type=float,
-        default=1.0,
-        help="Per-sentence limit min(max_length, a * source_tokens + b): a (default: 1.0).",
-    )
-    group.add_argument("--max-length-b", type=int, default=50, help="b (default: 50).")
-    group.add_argument("--temperature", type=float, default=1.0, help="Sampling temperature.")
-    group.add_argument("--top-k", type=int, default=None, help="Sample among the k best.")
-    group.add_argument("--top-p", type=float, default=None, help="Nucleus sampling mass.")
-    group.add_argument("--seed", type=int, default=0, help="Sampling seed (default: 0).")
-    group.add_argument(
-        "--jit",
-        choices=sorted(_JIT),
-        default="auto",
-        help="XLA compilation of the decoding loop: auto (XLA, falling back), on, off.",
-    )
-
-
-def translator_from_args(args: argparse.Namespace):
-    """A `Translator` for `args.run_dir` with the decoding options of `args`."""
-    from keras_transformer.translator import Translator
-
-    return Translator.from_run_dir(
-        args.run_dir,
-        beam_size=args.beam_size,
-        length_penalty=args.length_penalty,
-        max_length=args.max_length,
-        max_length_a=args.max_length_a,
-        max_length_b=args.max_length_b,
-        batch_size=args.batch_size,
-        method=args.method,
-        jit_compile=_JIT[args.jit],
-        temperature=args.temperature,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        seed=args.seed,
-    )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -52,7 +52,8 @@ from collections.abc import Iterator, Sequence
 import tensorflow_datasets as tfds
 from etils import epath
 
-ENV_VAR = "KERAS_TRANSFORMER_MULTI30K_DIR"
+from keras_transformer.constants import MULTI30K_DIR_ENV_VAR as ENV_VAR
+
 LANGUAGES = ("de", "en", "fr")
 URL_TEMPLATE = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/{}"
 # TFDS split name -> the published file prefix.
@@ -114,10 +115,12 @@ def verify_multi30k_files(directory: str, languages: Sequence[str] = LANGUAGES) 
         FileNotFoundError: the folder or a file is missing.
         ValueError: a file's sha256 differs from the published one.
 
-    Example:
+    Example (not run as a doctest: it reads the Multi30k files):
 
-    >>> verify_multi30k_files("/data/multi30k", ["de", "en"])  # doctest: +SKIP
-    {'train.de.gz': '/data/multi30k/train.de.gz', ...}
+    ```python
+    verify_multi30k_files("/data/multi30k", ["de", "en"])
+    # {'train.de.gz': '/data/multi30k/train.de.gz', ...}
+    ```
     """
     for lang in languages:
         if lang not in LANGUAGES:
@@ -176,12 +179,14 @@ class Multi30k(tfds.core.GeneratorBasedBuilder):
         local_dir: a folder holding the published `.gz` files; read instead of downloading.
         **kwargs: `tfds.core.DatasetBuilder` arguments (`config`, `data_dir`, ...).
 
-    Example:
+    Example (not run as a doctest: it reads the Multi30k files):
 
-    >>> builder = Multi30k(config="de-en", data_dir="/tmp/tfds",
-    ...                    local_dir="/data/multi30k")  # doctest: +SKIP
-    >>> builder.download_and_prepare()  # doctest: +SKIP
-    >>> train = builder.as_dataset(split="train", as_supervised=True)  # doctest: +SKIP
+    ```python
+    builder = Multi30k(config="de-en", data_dir="/tmp/tfds",
+                       local_dir="/data/multi30k")
+    builder.download_and_prepare()
+    train = builder.as_dataset(split="train", as_supervised=True)
+    ```
     """
 
     VERSION = tfds.core.Version("1.0.0")

@@ -48,10 +48,10 @@ from typing import Any
 
 import tensorflow as tf
 
+from keras_transformer.constants import LENGTH_POLICIES
 from keras_transformer.tokenization import append_eos
-from keras_transformer.validation import check_positive_int
+from keras_transformer.validation import check_lengths, check_one_of, check_positive_int
 
-_LENGTH_POLICIES = ("drop", "truncate")
 _TOKENIZE_BLOCK = 1024
 
 
@@ -101,9 +101,11 @@ def encode_pairs(
     Returns:
         A `tf.data.Dataset` of `((source_ids, target_in), target_out)`, 1-D int32 tensors.
 
-    Example:
+    Example (not run as a doctest: it needs a corpus and a trained tokenizer):
 
-    >>> examples = encode_pairs(pairs, tokenizer, max_source_length=64)  # doctest: +SKIP
+    ```python
+    examples = encode_pairs(pairs, tokenizer, max_source_length=64)
+    ```
     """
     target_tokenizer = source_tokenizer if target_tokenizer is None else target_tokenizer
     _check_pairs(dataset)
@@ -127,11 +129,7 @@ def encode_pairs(
             ">= 2 (BOS or EOS plus one id). Received: "
             f"max_target_length={max_target_length}"
         )
-    if length_policy not in _LENGTH_POLICIES:
-        raise ValueError(
-            "Received an invalid value for argument `length_policy`, expected one of "
-            f"{_LENGTH_POLICIES}. Received: length_policy={length_policy!r}"
-        )
+    check_one_of("length_policy", length_policy, LENGTH_POLICIES)
     bos_id, eos_id = int(target_tokenizer.bos_id), int(target_tokenizer.eos_id)
     source_eos_id = int(source_tokenizer.eos_id)
     source_limit = max_source_length - 1 if source_eos else max_source_length  # real ids
@@ -220,11 +218,13 @@ def make_batches(
         A `tf.data.Dataset` of `((source_ids, target_in), target_out)`, int32 tensors of
         shapes `(B, S)`, `(B, T)`, `(B, T)` padded with 0.
 
-    Example:
+    Example (not run as a doctest: it needs a corpus and a trained tokenizer):
 
-    >>> train = make_batches(pairs, tokenizer, tokens_per_batch=4096,
-    ...                      pad_to_bucket=True)  # doctest: +SKIP
-    >>> (source_ids, target_in), target_out = next(iter(train))  # doctest: +SKIP
+    ```python
+    train = make_batches(pairs, tokenizer, tokens_per_batch=4096,
+                         pad_to_bucket=True)
+    (source_ids, target_in), target_out = next(iter(train))
+    ```
     """
     if batch_size is not None and tokens_per_batch is not None:
         raise ValueError(
@@ -250,16 +250,7 @@ def make_batches(
     max_length = max(max_source_length, max_target_length)
     if bucket_lengths is None:
         bucket_lengths = default_bucket_lengths(max_length)
-    bucket_lengths = list(bucket_lengths)
-    if (
-        not bucket_lengths
-        or any(isinstance(b, bool) or not isinstance(b, int) or b <= 0 for b in bucket_lengths)
-        or any(a >= b for a, b in zip(bucket_lengths, bucket_lengths[1:]))
-    ):
-        raise ValueError(
-            "Received an invalid value for argument `bucket_lengths`, expected a non-empty "
-            f"increasing sequence of positive integers. Received: bucket_lengths={bucket_lengths}"
-        )
+    bucket_lengths = list(check_lengths("bucket_lengths", list(bucket_lengths), increasing=True))
     if pad_to_bucket and bucket_lengths[-1] < max_length:
         raise ValueError(
             "Received an invalid value for argument `bucket_lengths`: with pad_to_bucket=True "

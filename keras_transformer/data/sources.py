@@ -66,9 +66,11 @@ def load_tfds_translation(
     Returns:
         A `tf.data.Dataset` of `(source_text, target_text)` scalar `tf.string` tensors.
 
-    Example:
+    Example (not run as a doctest: it reads a corpus):
 
-    >>> pairs = load_tfds_translation("ted_hrlr_translate/pt_to_en", "validation")  # doctest: +SKIP
+    ```python
+    pairs = load_tfds_translation("ted_hrlr_translate/pt_to_en", "validation")
+    ```
     """
     if not isinstance(name, str) or not name:
         raise ValueError(
@@ -141,9 +143,11 @@ def load_multi30k(
         A `tf.data.Dataset` of `(source_text, target_text)` scalar `tf.string` tensors, in the
         published files' order.
 
-    Example:
+    Example (not run as a doctest: it reads a corpus):
 
-    >>> val = load_multi30k("validation", "de", "en", local_dir="/data/multi30k")  # doctest: +SKIP
+    ```python
+    val = load_multi30k("validation", "de", "en", local_dir="/data/multi30k")
+    ```
     """
     for arg, lang in (("source_lang", source_lang), ("target_lang", target_lang)):
         if lang not in multi30k_lib.LANGUAGES:
@@ -209,9 +213,11 @@ def load_parallel_dataset(
     Returns:
         A `tf.data.Dataset` of `(source_text, target_text)` scalar `tf.string` tensors.
 
-    Example:
+    Example (not run as a doctest: it reads a corpus):
 
-    >>> pairs = load_parallel_dataset("multi30k/de-en", split="validation")  # doctest: +SKIP
+    ```python
+    pairs = load_parallel_dataset("multi30k/de-en", split="validation")
+    ```
     """
     if not isinstance(source, str) or not source:
         raise ValueError(

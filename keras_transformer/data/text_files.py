@@ -63,11 +63,13 @@ def load_text_files(
         A `tf.data.Dataset` of `(source_text, target_text)` scalar `tf.string` tensors, in file
         order.
 
-    Example:
+    Example (not run as a doctest: it reads corpus files):
 
-    >>> pairs = load_text_files("train.de.gz", "train.en.gz")  # doctest: +SKIP
-    >>> next(iter(pairs))  # doctest: +SKIP
-    (<tf.Tensor: shape=(), dtype=string, numpy=b'Zwei junge ...'>, <tf.Tensor: ...>)
+    ```python
+    pairs = load_text_files("train.de.gz", "train.en.gz")
+    next(iter(pairs))
+    # (<tf.Tensor: shape=(), dtype=string, numpy=b'Zwei junge ...'>, <tf.Tensor: ...>)
+    ```
     """
     if validate:
         num_lines = check_text_files(source_path, target_path)
@@ -111,10 +113,12 @@ def check_text_files(source_path: str, target_path: str | None = None) -> int:
             line does not have exactly two tab-separated columns. The message names the file
             and line.
 
-    Example:
+    Example (not run as a doctest: it reads corpus files):
 
-    >>> check_text_files("train.de", "train.en")  # doctest: +SKIP
-    29000
+    ```python
+    check_text_files("train.de", "train.en")
+    # 29000
+    ```
     """
     for path in (source_path, target_path):
         if path is not None and not tf.io.gfile.exists(path):

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import keras
 
-from keras_transformer.validation import check_positive_float, check_positive_int, check_rate
+from keras_transformer.validation import check_architecture
 
 
 class BlockBase(keras.layers.Layer):
@@ -27,13 +27,17 @@ class BlockBase(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.num_heads = check_positive_int("num_heads", num_heads)
-        self.d_ff = check_positive_int("d_ff", d_ff)
-        self.dropout = check_rate("dropout", dropout)
-        self.attention_dropout = check_rate("attention_dropout", attention_dropout)
+        checked = check_architecture(
+            num_heads=num_heads,
+            d_ff=d_ff,
+            dropout=dropout,
+            attention_dropout=attention_dropout,
+            layer_norm_epsilon=layer_norm_epsilon,
+        )
+        for name, value in checked.items():
+            setattr(self, name, value)
         self.activation = keras.activations.get(activation)
         self.norm_first = bool(norm_first)
-        self.layer_norm_epsilon = check_positive_float("layer_norm_epsilon", layer_norm_epsilon)
 
     def get_config(self):
         config = super().get_config()

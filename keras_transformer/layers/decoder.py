@@ -58,7 +58,7 @@ class Decoder(StackBase):
     Example:
     >>> decoder = Decoder(100, num_layers=2, d_model=16, num_heads=2, d_ff=32)
     >>> hidden = decoder(keras.ops.ones((2, 5), "int32"), keras.ops.ones((2, 7, 16)))
-    >>> decoder.logits(hidden).shape
+    >>> tuple(decoder.logits(hidden).shape)
     (2, 5, 100)
     """
 

@@ -9,7 +9,7 @@ from keras_transformer import masks
 from keras_transformer.layers.block_base import BlockBase
 from keras_transformer.layers.feed_forward import FeedForward
 from keras_transformer.layers.multi_head_attention import MultiHeadAttention
-from keras_transformer.validation import check_divisible
+from keras_transformer.validation import check_architecture
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -54,13 +54,13 @@ class DecoderLayer(BlockBase):
     Example:
     >>> layer = DecoderLayer(num_heads=2, d_ff=32)
     >>> y = layer(keras.ops.ones((2, 5, 16)), keras.ops.ones((2, 7, 16)))
-    >>> y.shape
+    >>> tuple(y.shape)
     (2, 5, 16)
     """
 
     def build(self, decoder_sequence_shape, encoder_sequence_shape=None):
         d_model = decoder_sequence_shape[-1]
-        check_divisible("d_model", d_model, "num_heads", self.num_heads)
+        check_architecture(d_model=d_model, num_heads=self.num_heads)
         if encoder_sequence_shape is None:
             encoder_sequence_shape = decoder_sequence_shape
         for name, value_shape in (

@@ -8,7 +8,7 @@ import keras
 from keras import ops
 
 from keras_transformer.layers.positional_encoding import PositionalEncoding
-from keras_transformer.validation import check_positive_int, check_rate
+from keras_transformer.validation import check_architecture
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -40,7 +40,7 @@ class TransformerEmbedding(keras.layers.Layer):
 
     Example:
     >>> embed = TransformerEmbedding(vocabulary_size=100, d_model=16, max_length=32)
-    >>> embed(keras.ops.ones((2, 5), "int32")).shape
+    >>> tuple(embed(keras.ops.ones((2, 5), "int32")).shape)
     (2, 5, 16)
     """
 
@@ -55,10 +55,11 @@ class TransformerEmbedding(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.vocabulary_size = check_positive_int("vocabulary_size", vocabulary_size)
-        self.d_model = check_positive_int("d_model", d_model)
-        self.max_length = check_positive_int("max_length", max_length)
-        self.dropout = check_rate("dropout", dropout)
+        checked = check_architecture(
+            vocabulary_size=vocabulary_size, d_model=d_model, max_length=max_length, dropout=dropout
+        )
+        for name, value in checked.items():
+            setattr(self, name, value)
         self.tie_weights = bool(tie_weights)
         if embeddings_initializer is None:
             embeddings_initializer = keras.initializers.RandomNormal(stddev=d_model**-0.5)

@@ -44,7 +44,7 @@ class Encoder(StackBase):
 
     Example:
     >>> encoder = Encoder(100, num_layers=2, d_model=16, num_heads=2, d_ff=32)
-    >>> encoder(keras.ops.ones((2, 7), "int32")).shape
+    >>> tuple(encoder(keras.ops.ones((2, 7), "int32")).shape)
     (2, 7, 16)
     """
 

@@ -8,7 +8,7 @@ from keras_transformer import masks
 from keras_transformer.layers.block_base import BlockBase
 from keras_transformer.layers.feed_forward import FeedForward
 from keras_transformer.layers.multi_head_attention import MultiHeadAttention
-from keras_transformer.validation import check_divisible
+from keras_transformer.validation import check_architecture
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -40,13 +40,13 @@ class EncoderLayer(BlockBase):
 
     Example:
     >>> layer = EncoderLayer(num_heads=2, d_ff=32)
-    >>> layer(keras.ops.ones((2, 7, 16))).shape
+    >>> tuple(layer(keras.ops.ones((2, 7, 16))).shape)
     (2, 7, 16)
     """
 
     def build(self, inputs_shape):
         d_model = inputs_shape[-1]
-        check_divisible("d_model", d_model, "num_heads", self.num_heads)
+        check_architecture(d_model=d_model, num_heads=self.num_heads)
         policy = self.dtype_policy
         self.self_attention = MultiHeadAttention(
             self.num_heads,

@@ -27,7 +27,7 @@ class FeedForward(keras.layers.Layer):
         (B, T, d_model); d_model is taken from the input.
 
     Example:
-    >>> FeedForward(d_ff=64)(keras.ops.ones((2, 5, 16))).shape
+    >>> tuple(FeedForward(d_ff=64)(keras.ops.ones((2, 5, 16))).shape)
     (2, 5, 16)
     """
 

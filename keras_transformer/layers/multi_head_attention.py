@@ -97,7 +97,7 @@ class MultiHeadAttention(keras.layers.Layer):
     >>> mha = MultiHeadAttention(num_heads=2, key_dim=8)
     >>> x = keras.ops.ones((3, 5, 16))
     >>> out, weights = mha(x, x, return_attention_scores=True)
-    >>> out.shape, weights.shape
+    >>> tuple(out.shape), tuple(weights.shape)
     ((3, 5, 16), (3, 2, 5, 5))
     """
 

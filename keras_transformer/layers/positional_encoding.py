@@ -46,7 +46,7 @@ class PositionalEncoding(keras.layers.Layer):
 
     Example:
     >>> x = keras.ops.zeros((2, 10, 16))
-    >>> PositionalEncoding(max_length=64)(x).shape
+    >>> tuple(PositionalEncoding(max_length=64)(x).shape)
     (1, 10, 16)
     """
 

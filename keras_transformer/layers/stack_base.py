@@ -5,13 +5,7 @@ from __future__ import annotations
 import keras
 
 from keras_transformer.layers.embedding import TransformerEmbedding
-from keras_transformer.validation import (
-    check_divisible,
-    check_non_negative_int,
-    check_positive_float,
-    check_positive_int,
-    check_rate,
-)
+from keras_transformer.validation import check_architecture
 
 
 class StackBase(keras.layers.Layer):
@@ -37,19 +31,22 @@ class StackBase(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.vocabulary_size = check_positive_int("vocabulary_size", vocabulary_size)
-        self.num_layers = check_positive_int("num_layers", num_layers)
-        self.d_model = check_positive_int("d_model", d_model)
-        self.num_heads = check_positive_int("num_heads", num_heads)
-        check_divisible("d_model", d_model, "num_heads", num_heads)
-        self.d_ff = check_positive_int("d_ff", d_ff)
-        self.dropout = check_rate("dropout", dropout)
-        self.attention_dropout = check_rate("attention_dropout", attention_dropout)
+        checked = check_architecture(
+            vocabulary_size=vocabulary_size,
+            num_layers=num_layers,
+            d_model=d_model,
+            num_heads=num_heads,
+            d_ff=d_ff,
+            dropout=dropout,
+            attention_dropout=attention_dropout,
+            max_length=max_length,
+            layer_norm_epsilon=layer_norm_epsilon,
+            pad_id=pad_id,
+        )
+        for name, value in checked.items():
+            setattr(self, name, value)
         self.activation = keras.activations.get(activation)
-        self.max_length = check_positive_int("max_length", max_length)
         self.norm_first = bool(norm_first)
-        self.layer_norm_epsilon = check_positive_float("layer_norm_epsilon", layer_norm_epsilon)
-        self.pad_id = check_non_negative_int("pad_id", pad_id)
         if embedding is not None and (
             embedding.vocabulary_size != vocabulary_size or embedding.d_model != d_model
         ):

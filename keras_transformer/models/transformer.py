@@ -7,18 +7,12 @@ from typing import Any
 import keras
 
 from keras_transformer import masks
-from keras_transformer.config import TransformerConfig
 from keras_transformer.layers.decoder import Decoder
 from keras_transformer.layers.embedding import TransformerEmbedding
 from keras_transformer.layers.encoder import Encoder
+from keras_transformer.model_config import TransformerConfig
 from keras_transformer.models.presets import preset_config
-from keras_transformer.validation import (
-    check_divisible,
-    check_non_negative_int,
-    check_positive_float,
-    check_positive_int,
-    check_rate,
-)
+from keras_transformer.validation import check_architecture
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -68,7 +62,7 @@ class Transformer(keras.Model):
     >>> model = Transformer.from_preset("tiny", source_vocab_size=100, target_vocab_size=90)
     >>> source = keras.ops.ones((2, 7), "int32")
     >>> target = keras.ops.ones((2, 5), "int32")
-    >>> model((source, target)).shape
+    >>> tuple(model((source, target)).shape)
     (2, 5, 90)
     """
 
@@ -93,23 +87,26 @@ class Transformer(keras.Model):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.source_vocab_size = check_positive_int("source_vocab_size", source_vocab_size)
-        self.target_vocab_size = check_positive_int("target_vocab_size", target_vocab_size)
-        self.num_encoder_layers = check_positive_int("num_encoder_layers", num_encoder_layers)
-        self.num_decoder_layers = check_positive_int("num_decoder_layers", num_decoder_layers)
-        self.d_model = check_positive_int("d_model", d_model)
-        self.num_heads = check_positive_int("num_heads", num_heads)
-        check_divisible("d_model", d_model, "num_heads", num_heads)
-        self.d_ff = check_positive_int("d_ff", d_ff)
-        self.dropout = check_rate("dropout", dropout)
-        self.attention_dropout = check_rate("attention_dropout", attention_dropout)
+        checked = check_architecture(
+            source_vocab_size=source_vocab_size,
+            target_vocab_size=target_vocab_size,
+            num_encoder_layers=num_encoder_layers,
+            num_decoder_layers=num_decoder_layers,
+            d_model=d_model,
+            num_heads=num_heads,
+            d_ff=d_ff,
+            dropout=dropout,
+            attention_dropout=attention_dropout,
+            max_length=max_length,
+            layer_norm_epsilon=layer_norm_epsilon,
+            pad_id=pad_id,
+        )
+        for name, value in checked.items():
+            setattr(self, name, value)
         self.activation = activation
-        self.max_length = check_positive_int("max_length", max_length)
         self.norm_first = bool(norm_first)
-        self.layer_norm_epsilon = check_positive_float("layer_norm_epsilon", layer_norm_epsilon)
         self.share_embeddings = bool(share_embeddings)
         self.tie_output_embeddings = bool(tie_output_embeddings)
-        self.pad_id = check_non_negative_int("pad_id", pad_id)
         if share_embeddings and source_vocab_size != target_vocab_size:
             raise ValueError(
                 "Received an invalid value for argument `share_embeddings`: sharing needs "

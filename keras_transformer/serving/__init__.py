@@ -1,8 +1,10 @@
-"""TF Serving support: REST client, op allow-list check, and a development stand-in server.
+"""TF Serving support: a REST/gRPC client, the op allow-list check, and a development
+stand-in server.
 
-``serving.client`` needs only the standard library. ``serving.server`` (the stand-in with TF
-Serving's REST contract; *not* TF Serving) and ``serving.ops`` import TensorFlow, so they are
-loaded on first use.
+``serving.client`` needs only the standard library for REST (gRPC loads
+``tensorflow-serving-api``). ``serving.server`` (the stand-in with TF Serving's REST and gRPC
+APIs; *not* TF Serving, see its docstring for the modules it is made of) needs the ``serve``
+extra; it and ``serving.ops`` import TensorFlow, so they are loaded on first use.
 """
 
 from __future__ import annotations

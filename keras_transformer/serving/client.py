@@ -1,12 +1,16 @@
-"""A small REST client for TF Serving (and the development stand-in), stdlib only.
+"""A small client for TF Serving (and the development stand-in), over REST or gRPC.
 
     client = ServingClient("http://localhost:8501", "transformer", label="stable")
     client.predict(["Ein Hund rennt."])          # row format -> the "predictions" list
     client.predict(["..."], columnar=True)       # columnar   -> the "outputs" value
     client.status(); client.metadata()
+    ServingClient("grpc://localhost:8500", "transformer")   # the same calls over gRPC
 
-Connection errors, timeouts and 503 answers are retried with exponential backoff; every other
-failure raises :class:`ServingError` with the HTTP status and the server's ``error`` message.
+REST needs only the standard library: connection errors, timeouts and 503 answers are retried
+with exponential backoff. gRPC (``grpc://``) uses ``tensorflow-serving-api``'s stubs and gRPC's
+own retry policy for UNAVAILABLE (`grpc_client.py`); answers have the same shapes as REST's.
+Every other failure raises :class:`ServingError` with the HTTP status (for gRPC, the one
+TF Serving maps its code to), the canonical ``code`` where known, and the server's message.
 """
 
 from __future__ import annotations
@@ -27,13 +31,21 @@ RETRY_STATUSES = frozenset({503})
 
 
 class ServingError(Exception):
-    """A failed request: ``status_code`` is the HTTP status (None when no answer came)."""
+    """A failed request.
 
-    def __init__(self, message: str, status_code: int | None = None, url: str = "") -> None:
-        super().__init__(message if status_code is None else f"HTTP {status_code}: {message}")
+    ``status_code`` is the HTTP status (None when no answer came); over gRPC, the HTTP status
+    TF Serving maps the gRPC code to. ``code`` is the gRPC status code name (gRPC only).
+    """
+
+    def __init__(
+        self, message: str, status_code: int | None = None, url: str = "", code: str | None = None
+    ) -> None:
+        prefix = code if code else (f"HTTP {status_code}" if status_code is not None else "")
+        super().__init__(f"{prefix}: {message}" if prefix else message)
         self.message = message
         self.status_code = status_code
         self.url = url
+        self.code = code
 
 
 def _encode(value: Any) -> Any:
@@ -48,10 +60,10 @@ def _encode(value: Any) -> Any:
 
 
 class ServingClient:
-    """Client for one model on a TF Serving REST endpoint.
+    """Client for one model on a TF Serving endpoint, REST or gRPC.
 
     Args:
-        url: the server root, e.g. ``http://localhost:8501``.
+        url: the REST root, e.g. ``http://localhost:8501``, or ``grpc://HOST:PORT`` for gRPC.
         model_name: the model's name on the server.
         version: pin a version (``/versions/N``); exclusive with ``label``.
         label: a version label (``/labels/L``) from the server's model config.
@@ -81,6 +93,16 @@ class ServingClient:
         self.timeout = timeout
         self.retries = retries
         self.backoff = backoff
+        self._grpc = None
+        split = urllib.parse.urlsplit(self.url)
+        if split.scheme == "grpc":
+            from keras_transformer.serving.grpc_client import GrpcTransport
+
+            self._grpc = GrpcTransport(
+                split.netloc, model_name, version, label, timeout, retries, backoff
+            )
+        elif split.scheme not in ("http", "https"):
+            raise ValueError(f"Expected an http://, https:// or grpc:// URL, got {url!r}")
 
     @property
     def model_url(self) -> str:
@@ -103,14 +125,16 @@ class ServingClient:
         (several inputs) or, with ``columnar=True``, a list/value or an object of named inputs.
         ``bytes`` values are sent as ``{"b64": ...}``.
         """
+        if isinstance(instances, (str, bytes)) or (not columnar and isinstance(instances, Mapping)):
+            raise TypeError("Row-format predict needs a list of instances")
+        if self._grpc is not None:
+            return self._via_grpc(self._grpc.predict, instances, signature_name, columnar)
         body: dict[str, Any] = {}
         if signature_name is not None:
             body["signature_name"] = signature_name
         if columnar:
             body["inputs"] = _encode(instances)
         else:
-            if isinstance(instances, (str, bytes, Mapping)):
-                raise TypeError("Row-format predict needs a list of instances")
             body["instances"] = _encode(list(instances))
         response = self._request("POST", f"{self.model_url}:predict", body)
         key = "outputs" if columnar else "predictions"
@@ -120,11 +144,29 @@ class ServingClient:
 
     def status(self) -> dict[str, Any]:
         """``GET /v1/models/NAME[...]``: ``{"model_version_status": [...]}``."""
+        if self._grpc is not None:
+            return self._via_grpc(self._grpc.status)
         return self._request("GET", self.model_url)
 
     def metadata(self) -> dict[str, Any]:
         """``GET /v1/models/NAME[...]/metadata``: model spec and signature defs."""
+        if self._grpc is not None:
+            return self._via_grpc(self._grpc.metadata)
         return self._request("GET", f"{self.model_url}/metadata")
+
+    def _via_grpc(self, method: Any, *args: Any) -> Any:
+        from keras_transformer.serving.errors import ServingStatusError
+
+        try:
+            return method(*args)
+        except ServingStatusError as e:
+            status = None if e.code == "UNAVAILABLE" and "connect" in e.message else e.http_status
+            raise ServingError(e.message, status, self.url, e.code) from None
+
+    def close(self) -> None:
+        """Close the gRPC channel (REST holds no connection)."""
+        if self._grpc is not None:
+            self._grpc.close()
 
     def _request(self, method: str, url: str, body: Any = None) -> dict[str, Any]:
         data = None

@@ -8,7 +8,7 @@ Public API:
 - `TransformerSchedule`: the warmup / inverse square-root learning rate.
 - `make_strategy`, `resolve_jit_compile`, `is_chief`: strategies and XLA per strategy.
 - `ResumableBackupAndRestore`, `make_callbacks`: resumable training, checkpoints, logs.
-- `DistributedTrainingMixin`, `TrainingTransformer`: `fit` that works under
+- `DistributedTrainingMixin` (`distributed.py`), `TrainingTransformer`: `fit` that works under
   `MultiWorkerMirroredStrategy` and with XLA under `MirroredStrategy`.
 - `build_model`, `compile_model`, `make_datasets`, `train`, `TrainingResult`: a whole run.
 
@@ -28,7 +28,7 @@ result = train(config)  # writes config.training.run_dir
 """
 
 from keras_transformer.training.callbacks import ResumableBackupAndRestore, make_callbacks
-from keras_transformer.training.compat import DistributedTrainingMixin
+from keras_transformer.training.distributed import DistributedTrainingMixin
 from keras_transformer.training.losses import (
     MaskedSparseCategoricalCrossentropy,
     masked_label_smoothed_cross_entropy,

@@ -29,8 +29,11 @@ def average_weights(model: keras.Model, paths: Sequence[str]) -> keras.Model:
     Returns:
         `model`, holding the averaged weights.
 
-    Example:
-    >>> average_weights(model, epoch_weight_files("runs/x/checkpoints")[-5:])  # doctest: +SKIP
+    Example (not run as a doctest: it needs a model and its checkpoints):
+
+    ```python
+    average_weights(model, epoch_weight_files("runs/x/checkpoints")[-5:])
+    ```
     """
     if not paths:
         raise ValueError("Received no weight files to average, expected at least one path.")

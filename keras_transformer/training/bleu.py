@@ -42,9 +42,12 @@ class BleuCallback(keras.callbacks.Callback):
         **translator_kwargs: more `Translator` arguments (`length_penalty`, `max_length_a`,
             ...).
 
-    Example:
-    >>> callback = BleuCallback(sources, references, tokenizer, tokenizer,
-    ...                         every=2, best_weights_path="best_bleu.weights.h5")  # doctest: +SKIP
+    Example (not run as a doctest: it needs validation data and tokenizers):
+
+    ```python
+    callback = BleuCallback(sources, references, tokenizer, tokenizer,
+                            every=2, best_weights_path="best_bleu.weights.h5")
+    ```
     """
 
     def __init__(

@@ -30,8 +30,11 @@ class TimeBudget(keras.callbacks.Callback):
         max_minutes: the budget.
         start: `time.monotonic()` at the start of the budget; defaults to `on_train_begin`.
 
-    Example:
-    >>> model.fit(data, epochs=100, callbacks=[TimeBudget(60)])  # doctest: +SKIP
+    Example (not run as a doctest: it trains a model):
+
+    ```python
+    model.fit(data, epochs=100, callbacks=[TimeBudget(60)])
+    ```
     """
 
     def __init__(self, max_minutes: float, start: float | None = None):
@@ -61,6 +64,61 @@ class TimeBudget(keras.callbacks.Callback):
                 batch + 1,
                 self._epoch + 1,
             )
+
+
+class BudgetHorizon(keras.callbacks.Callback):
+    """Ends a linear or cosine learning-rate decay when the time budget ends.
+
+    At each epoch end it measures the time an epoch takes (its steps, validation and
+    epoch-end work) and moves the schedule's horizon (`TransformerSchedule.set_horizon`) to
+    the step training will have reached when `max_minutes` have passed since `start`, so the
+    rate reaches zero with the budget on any machine, however fast. The last epoch the
+    budget allows is planned whole; `TimeBudget` still stops training at the limit. The
+    horizon never passes `epochs * steps_per_epoch` (the planned end). Place it after the
+    callbacks whose epoch-end work (validation BLEU) should count.
+
+    Args:
+        schedule: the optimizer's `TransformerSchedule` (decay `"linear"` or `"cosine"`).
+        max_minutes: the budget.
+        start: `time.monotonic()` at the start of the budget.
+        planned_steps: `epochs * steps_per_epoch`.
+    """
+
+    def __init__(self, schedule, max_minutes: float, start: float, planned_steps: int):
+        super().__init__()
+        self.schedule = schedule
+        self.max_minutes = check_positive_float("max_minutes", max_minutes)
+        self.start = start
+        self.planned_steps = check_positive_int("planned_steps", planned_steps)
+        self._last_end: float | None = None
+        self._last_step = 0
+        self.horizons: list[int] = []
+
+    def on_train_begin(self, logs=None):
+        self._last_end = time.monotonic()
+        self._last_step = int(self.model.optimizer.iterations.numpy())
+
+    def on_epoch_end(self, epoch, logs=None):
+        # Everything since the previous epoch's end: steps, validation, and the epoch-end
+        # work of the callbacks before this one (place it last).
+        now = time.monotonic()
+        step = int(self.model.optimizer.iterations.numpy())
+        steps = step - self._last_step
+        if steps <= 0 or self._last_end is None:
+            return
+        seconds_per_step = (now - self._last_end) / steps
+        self._last_end, self._last_step = now, step
+        remaining = self.max_minutes * 60.0 - (now - self.start)
+        horizon = min(self.planned_steps, step + max(0, int(remaining / seconds_per_step)))
+        self.schedule.set_horizon(horizon)
+        self.horizons.append(horizon)
+        logger.info(
+            "Time budget: %.1f of %.1f minutes left; the learning rate now reaches zero at "
+            "step %d.",
+            max(remaining, 0.0) / 60.0,
+            self.max_minutes,
+            horizon,
+        )
 
 
 class EpochWeights(keras.callbacks.Callback):

@@ -9,7 +9,7 @@ import os
 
 import keras
 
-from keras_transformer.compat import finalize_ema_values
+from keras_transformer.compat import finalize_ema_values, set_initial_epoch
 from keras_transformer.validation import check_positive_int
 
 logger = logging.getLogger(__name__)
@@ -34,9 +34,12 @@ class ResumableBackupAndRestore(keras.callbacks.BackupAndRestore):
         **kwargs: passed to `keras.callbacks.BackupAndRestore` (`double_checkpoint`,
             `delete_checkpoint`).
 
-    Example:
-    >>> backup = ResumableBackupAndRestore("runs/x/backup", save_freq=100,
-    ...                                    steps_per_epoch=1000)  # doctest: +SKIP
+    Example (not run as a doctest: it trains a model):
+
+    ```python
+    backup = ResumableBackupAndRestore("runs/x/backup", save_freq=100,
+                                       steps_per_epoch=1000)
+    ```
     """
 
     STATE_FILENAME = "resume_state.json"
@@ -68,7 +71,7 @@ class ResumableBackupAndRestore(keras.callbacks.BackupAndRestore):
         epoch, steps = int(state["epoch"]), int(state["steps"])
         self.restored_epoch, self.restored_steps = epoch, steps
         if self.steps_per_epoch and steps >= self.steps_per_epoch:
-            self.model._initial_epoch = epoch + 1
+            set_initial_epoch(self.model, epoch + 1)
         elif self.steps_per_epoch and steps > 0:
             self._skip = steps
         logger.info("Restored the backup of epoch %d after %d step(s).", epoch + 1, steps)
@@ -148,6 +151,8 @@ def make_callbacks(
     max_minutes: float | None = None,
     start: float | None = None,
     bleu: keras.callbacks.Callback | None = None,
+    schedule=None,
+    planned_steps: int | None = None,
 ) -> list[keras.callbacks.Callback]:
     """The callbacks of a training run, in a working order.
 
@@ -170,14 +175,17 @@ def make_callbacks(
         start: `time.monotonic()` at the start of the run.
         bleu: a `bleu.BleuCallback`, placed before the logging callbacks so they see
             `val_bleu`.
+        schedule: the optimizer's `TransformerSchedule`: with `max_minutes` and a linear
+            or cosine decay, `budget.BudgetHorizon` ends the decay with the budget.
+        planned_steps: `epochs * steps_per_epoch`, the decay's end without a budget.
 
     Returns:
         `[TerminateOnNaN, ResumableBackupAndRestore, SwapEMAWeights, TimeBudget,
-        EpochWeights, ModelCheckpoint x2, BleuCallback, TensorBoard, EarlyStopping,
-        FinalizeEMAOnStop]`, without the disabled ones. Callbacks that may stop training
-        belong before `FinalizeEMAOnStop`.
+        EpochWeights, ModelCheckpoint x2, BleuCallback, BudgetHorizon, TensorBoard,
+        EarlyStopping, FinalizeEMAOnStop]`, without the disabled ones. Callbacks that may
+        stop training belong before `FinalizeEMAOnStop`.
     """
-    from keras_transformer.training.budget import EpochWeights, TimeBudget
+    from keras_transformer.training.budget import BudgetHorizon, EpochWeights, TimeBudget
 
     callbacks: list[keras.callbacks.Callback] = [keras.callbacks.TerminateOnNaN()]
     if backup_dir:
@@ -211,6 +219,8 @@ def make_callbacks(
         )
     if bleu is not None:
         callbacks.append(bleu)
+    if max_minutes is not None and getattr(schedule, "horizon", None) is not None:
+        callbacks.append(BudgetHorizon(schedule, max_minutes, start, planned_steps))
     if log_dir:
         if tensorboard_available():
             callbacks.append(keras.callbacks.TensorBoard(log_dir=log_dir, update_freq="epoch"))

@@ -26,7 +26,9 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
     - `"linear"`: the peak times `(total_steps - step) / (total_steps - warmup_steps)`;
     - `"cosine"`: the peak times `(1 + cos(pi * progress)) / 2`, progress from 0 to 1;
 
-    both of the latter reach 0 at `total_steps` and stay there. The optimizer passes its
+    both of the latter reach 0 at `total_steps` and stay there. Their horizon is a variable:
+    `set_horizon(steps)` moves the end of the decay during training (`budget.BudgetHorizon`
+    ends it when a time budget runs out). The optimizer passes its
     `iterations` (0 before the first update) as `step`; the schedule uses `step + 1`, so the
     first update gets a small positive rate (the paper counts steps from 1).
 
@@ -74,6 +76,21 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
                     f"Received: total_steps={total_steps}"
                 )
         self.total_steps = total_steps
+        self.horizon = None
+        if decay != "inverse_sqrt":
+            self.horizon = keras.Variable(
+                float(total_steps), dtype="float32", trainable=False, name="lr_horizon"
+            )
+
+    def set_horizon(self, steps: float) -> None:
+        """Moves the step at which the linear/cosine decay reaches zero (at least the end of
+        the warmup plus one step)."""
+        if self.horizon is None:
+            raise ValueError(
+                "Received `set_horizon` on an inverse square root schedule, which has no "
+                "horizon; expected decay='linear' or 'cosine'."
+            )
+        self.horizon.assign(float(max(steps, self.warmup_steps + 1)))
 
     @property
     def peak(self) -> float:
@@ -86,7 +103,7 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
         if self.decay == "inverse_sqrt":
             decayed = (self.scale * float(self.d_model) ** -0.5) * ops.rsqrt(step)
         else:
-            span = float(self.total_steps - self.warmup_steps)
+            span = ops.cast(self.horizon, "float32") - float(self.warmup_steps)  # >= 1
             progress = ops.clip((step - self.warmup_steps) / span, 0.0, 1.0)
             if self.decay == "linear":
                 decayed = self.peak * (1.0 - progress)
@@ -100,5 +117,5 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
             "warmup_steps": self.warmup_steps,
             "scale": self.scale,
             "decay": self.decay,
-            "total_steps": self.total_steps,
+            "total_steps": None if self.horizon is None else int(self.horizon.numpy()),
         }

@@ -9,11 +9,12 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 
-from keras_transformer.training.compat import in_multi_worker_mode, is_distributed
+from keras_transformer.compat import in_multi_worker_mode
+from keras_transformer.constants import STRATEGIES
+from keras_transformer.training.distributed import is_distributed
+from keras_transformer.validation import check_one_of
 
 logger = logging.getLogger(__name__)
-
-STRATEGIES = ("default", "mirrored", "multi_worker")
 
 
 def make_strategy(name: str = "default", devices: Sequence[str] | None = None):
@@ -36,11 +37,7 @@ def make_strategy(name: str = "default", devices: Sequence[str] | None = None):
     >>> strategy.num_replicas_in_sync
     1
     """
-    if name not in STRATEGIES:
-        raise ValueError(
-            f"Received an invalid value for argument `strategy`, expected one of "
-            f"{STRATEGIES}. Received: strategy={name!r}"
-        )
+    check_one_of("strategy", name, STRATEGIES)
     if devices is not None and name != "mirrored":
         raise ValueError(
             "Received `devices` for a strategy that does not take them; devices are only "
@@ -75,7 +72,7 @@ def resolve_jit_compile(jit_compile: bool | str, strategy=None) -> bool:
 
     `"auto"` enables XLA only on a single GPU: not on CPU-only machines (XLA compiles slowly
     there and gains little) and not under a distribution strategy. `True` under a strategy
-    XLA-compiles each replica's step (see `keras_transformer.training.compat`).
+    XLA-compiles each replica's step (see `keras_transformer.training.distributed`).
 
     Args:
         jit_compile: the requested setting.

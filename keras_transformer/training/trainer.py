@@ -20,14 +20,15 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.config import ExperimentConfig, TransformerConfig, save_config
+from keras_transformer.config import ExperimentConfig, save_config
+from keras_transformer.model_config import TransformerConfig
 from keras_transformer.models.transformer import Transformer
 from keras_transformer.run_dir import RunPaths
 from keras_transformer.training.averaging import average_weights
 from keras_transformer.training.bleu import BleuCallback
 from keras_transformer.training.budget import epoch_weight_files
 from keras_transformer.training.callbacks import make_callbacks
-from keras_transformer.training.compat import DistributedTrainingMixin
+from keras_transformer.training.distributed import DistributedTrainingMixin
 from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy
 from keras_transformer.training.metrics import MaskedSparseCategoricalAccuracy
 from keras_transformer.training.schedules import TransformerSchedule
@@ -127,6 +128,7 @@ def compile_model(
     model: keras.Model,
     *,
     label_smoothing: float = 0.1,
+    learning_rate: TransformerSchedule | None = None,
     warmup_steps: int = 4000,
     learning_rate_scale: float = 1.0,
     lr_decay: str = "inverse_sqrt",
@@ -150,6 +152,8 @@ def compile_model(
     Args:
         model: the model (a `TrainingTransformer` for distributed training).
         label_smoothing: the loss' smoothing rate.
+        learning_rate: the schedule; by default a `TransformerSchedule` from the next four
+            arguments.
         warmup_steps: the schedule's warmup.
         learning_rate_scale: factor on the schedule.
         lr_decay: the schedule's decay after the warmup (`TransformerSchedule`).
@@ -168,7 +172,7 @@ def compile_model(
     Returns:
         `model`, compiled.
     """
-    schedule = TransformerSchedule(
+    schedule = learning_rate or TransformerSchedule(
         model.d_model, warmup_steps, learning_rate_scale, decay=lr_decay, total_steps=total_steps
     )
     optimizer = keras.optimizers.Adam(
@@ -255,10 +259,12 @@ def load_or_train_tokenizers(config: ExperimentConfig, paths: RunPaths, train_pa
 
 def make_datasets(config: ExperimentConfig, train_pairs, validation_pairs, tokenizers):
     """Batched training (repeated when `steps_per_epoch` is set) and validation datasets."""
-    from keras_transformer.data import make_batches
+    from keras_transformer.data import default_bucket_lengths, make_batches
 
     d, t = config.data, config.training
+    longest = max(d.max_source_length, d.max_target_length)
     common = {
+        "bucket_lengths": default_bucket_lengths(longest, d.bucket_step),
         "batch_size": d.batch_size,
         "tokens_per_batch": d.tokens_per_batch,
         "max_source_length": d.max_source_length,
@@ -314,9 +320,12 @@ def train(
     Returns:
         A `TrainingResult`.
 
-    Example:
-    >>> config = load_config("multi30k_de_en", ["training.epochs=1"])  # doctest: +SKIP
-    >>> result = train(config)  # doctest: +SKIP
+    Example (not run as a doctest: it trains on Multi30k):
+
+    ```python
+    config = load_config("multi30k_de_en", ["training.epochs=1"])
+    result = train(config)
+    ```
     """
     start = time.monotonic()
     config.validate()
@@ -348,13 +357,17 @@ def train(
 
     with strategy.scope():
         model = build_model(config, tokenizers[0].vocab_size, tokenizers[1].vocab_size)
+        schedule = TransformerSchedule(
+            model.d_model,
+            t.warmup_steps,
+            t.learning_rate_scale,
+            decay=t.lr_decay,
+            total_steps=t.epochs * steps_per_epoch,
+        )
         compile_model(
             model,
             label_smoothing=t.label_smoothing,
-            warmup_steps=t.warmup_steps,
-            learning_rate_scale=t.learning_rate_scale,
-            lr_decay=t.lr_decay,
-            total_steps=t.epochs * steps_per_epoch,
+            learning_rate=schedule,
             use_ema=t.use_ema,
             ema_momentum=t.ema_momentum,
             beta_1=t.beta_1,
@@ -391,6 +404,8 @@ def train(
         max_minutes=t.max_minutes,
         start=start,
         bleu=bleu,
+        schedule=schedule,
+        planned_steps=t.epochs * steps_per_epoch,
     )
     callbacks += list(extra_callbacks or [])
     history = model.fit(

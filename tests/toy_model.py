@@ -1,4 +1,5 @@
-"""A tiny SavedModel with the translation serving contract, for trying out the serving stack.
+"""A tiny SavedModel with the translation serving contract, for the serving tests (test code,
+not part of the installed package).
 
 Signatures (all batch-major, like the real export):
 
@@ -10,7 +11,7 @@ Signatures (all batch-major, like the real export):
 * ``pair``: ``a``, ``b`` string [None] -> ``joined_bytes`` string [None] (``a|b``; the
   ``_bytes`` suffix makes TF Serving answer base64).
 
-    python -m keras_transformer.serving.toy_model /tmp/models/toy/1 [--prefix v1:]
+    python tests/toy_model.py /tmp/models/toy/1 [--prefix v1:]
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Keras 3 / `tf.distribute` fixes for `fit`, scoped to the models that use them.
 
-This is the only module of `keras_transformer.training` that imports `keras.src`. Nothing
-here patches Keras: `DistributedTrainingMixin` overrides methods of our own model class
+The private Keras hooks it needs go through `keras_transformer.compat`. Nothing here
+patches Keras: `DistributedTrainingMixin` overrides methods of our own model class
 (`keras_transformer.training.TrainingTransformer`), so other Keras models are untouched.
 
 Problems solved (Keras 3.15, TensorFlow 2.21):
@@ -32,15 +32,11 @@ training logs (so the progress bar and History show it).
 
 from __future__ import annotations
 
+import keras
 import tensorflow as tf
-from keras.src.backend.tensorflow import trainer as _tf_trainer
-from keras.src.losses import loss as _loss_module
-from keras.src.trainers.data_adapters import data_adapter_utils as _data_adapter_utils
 
-
-def in_multi_worker_mode(strategy: tf.distribute.Strategy) -> bool:
-    """Whether Keras treats `strategy` as a multi-worker collective strategy."""
-    return bool(_tf_trainer._collective_all_reduce_multi_worker(strategy))
+from keras_transformer import compat
+from keras_transformer.compat import in_multi_worker_mode
 
 
 def is_distributed(strategy: tf.distribute.Strategy | None) -> bool:
@@ -96,7 +92,7 @@ class DistributedTrainingMixin:
                 )
                 break
         with strategy.scope():
-            self._symbolic_build(data_batch=data_batch)
+            compat.symbolic_build(self, data_batch)
 
     def train_step(self, data):
         if self._per_replica_jit_compile:
@@ -124,39 +120,30 @@ class DistributedTrainingMixin:
         return tf.shape(next(i for i in tf.nest.flatten(x) if i is not None))[0]
 
     def _xla_train_step(self, data):
-        x, y, sample_weight = _data_adapter_utils.unpack_x_y_sample_weight(data)
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         trainable_weights = list(self.trainable_weights)
 
         def forward_backward(x, y, sample_weight):
             with tf.GradientTape() as tape:
                 y_pred = self(x, training=True)
-                loss = self._compute_loss(
-                    x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=True
-                )
+                loss = compat.compute_loss(self, x, y, y_pred, sample_weight, training=True)
                 scaled_loss = self.optimizer.scale_loss(loss)
             return y_pred, loss, tape.gradient(scaled_loss, trainable_weights)
 
         step = tf.function(forward_backward, jit_compile=True, autograph=False)
         y_pred, loss, gradients = step(x, y, sample_weight)
-        self._loss_tracker.update_state(
-            _loss_module.unscale_loss_for_distribution(loss), sample_weight=self._batch_size(x)
-        )
+        compat.track_loss(self, loss, self._batch_size(x))
         self.optimizer.apply_gradients(zip(gradients, trainable_weights))
         return self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
 
     def _xla_test_step(self, data):
-        x, y, sample_weight = _data_adapter_utils.unpack_x_y_sample_weight(data)
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
 
         def forward(x, y, sample_weight):
             y_pred = self(x, training=False)
-            loss = self._compute_loss(
-                x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=False
-            )
-            return y_pred, loss
+            return y_pred, compat.compute_loss(self, x, y, y_pred, sample_weight, training=False)
 
         step = tf.function(forward, jit_compile=True, autograph=False)
         y_pred, loss = step(x, y, sample_weight)
-        self._loss_tracker.update_state(
-            _loss_module.unscale_loss_for_distribution(loss), sample_weight=self._batch_size(x)
-        )
+        compat.track_loss(self, loss, self._batch_size(x))
         return self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)

@@ -1,0 +1,316 @@
+"""TF Serving's configuration files, read into TF Serving's own messages.
+
+``--model_config_file`` is parsed with ``google.protobuf.text_format`` into
+``tensorflow.serving.ModelServerConfig`` from ``tensorflow-serving-api`` and
+``--batching_parameters_file`` into ``tensorflow.serving.BatchingParameters``
+(`batching_proto.py`). A misspelt field, a value of the wrong type, or an option the stand-in
+does not run is a :class:`ConfigError` naming the file, the line and the field. On top of the
+schema, the checks TF Serving's ``ServerCore`` makes at startup (``server_core.cc``) apply:
+unique model names, an absolute ``base_path``, a ``tensorflow`` platform, and version labels
+only with ``--allow_version_labels_for_unavailable_models`` (TF Serving assigns labels before
+any version has loaded, so without that flag a config with labels fails to start).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from typing import Any
+
+from google.protobuf import text_format
+
+from keras_transformer.serving.batching_proto import BatchingParameters
+
+TENSORFLOW_PLATFORM = "tensorflow"
+LABELS_FLAG = "--allow_version_labels_for_unavailable_models"
+
+_PARSE_ERROR_PREFIX = re.compile(r"^\d+:\d+ : ")
+_FIELD_BEFORE = re.compile(r"([A-Za-z_]\w*)\s*:?\s*[\[{<]?\s*[^:{<\[]*$")
+
+
+class ConfigError(ValueError):
+    """A configuration file TF Serving would reject, or that the stand-in cannot run."""
+
+
+def _strip_comment(line: str) -> str:
+    """The line without a trailing ``#`` comment (``#`` inside quotes is kept)."""
+    quote = None
+    for i, char in enumerate(line):
+        if quote:
+            if char == quote and line[i - 1] != "\\":
+                quote = None
+        elif char in "\"'":
+            quote = char
+        elif char == "#":
+            return line[:i]
+    return line
+
+
+def field_line(text: str, field: str, after: int = 1) -> int | None:
+    """The first line (1-based, at or after ``after``) that sets ``field``, if any."""
+    pattern = re.compile(rf"(?<![\w.]){re.escape(field)}\s*[:{{<\[]")
+    for number, line in enumerate(text.splitlines(), start=1):
+        if number >= after and pattern.search(_strip_comment(line)):
+            return number
+    return None
+
+
+def _error(path: str, line: int | None, field: str, message: str) -> ConfigError:
+    where = f"{path}:{line}" if line else path
+    return ConfigError(f"{where}: field {field}: {message}")
+
+
+def parse_text_file(path: str | os.PathLike[str], message: Any) -> tuple[Any, str]:
+    """Parse the text-format file at ``path`` into ``message``; returns (message, text).
+
+    Raises:
+        ConfigError: ``path:line:column: field F: ...`` for a field the schema does not have,
+            a value of the wrong type or malformed syntax (``text_format``'s own message).
+    """
+    path = os.fspath(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read the file: {e}") from None
+    try:
+        text_format.Parse(text, message)
+    except text_format.ParseError as e:
+        line, column = e.GetLine(), e.GetColumn()
+        detail = _PARSE_ERROR_PREFIX.sub("", str(e))
+        named = re.search(r'has no field named "(\w+)"', detail)
+        if named:
+            field = named.group(1)
+        else:  # the field whose value failed: the last name before the column
+            lines = text.splitlines()
+            head = lines[line - 1][: max(column - 1, 0)] if 0 < line <= len(lines) else ""
+            found = _FIELD_BEFORE.search(_strip_comment(head))
+            field = found.group(1) if found else "?"
+        raise ConfigError(
+            f"{path}:{line}:{column}: field {field}: {detail} (schema: "
+            f"{message.DESCRIPTOR.full_name})"
+        ) from None
+    return message, text
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """One model of the server, from ``ModelServerConfig.model_config_list.config``.
+
+    ``version_policy`` is ``("latest", n)``, ``("all", None)`` or ``("specific", versions)``.
+    """
+
+    name: str
+    base_path: str
+    version_policy: tuple[str, Any] = ("latest", 1)
+    version_labels: dict[str, int] = dataclasses.field(default_factory=dict)
+
+
+def single_model_config(name: str, base_path: str | os.PathLike[str]) -> ModelConfig:
+    """What ``--model_name``/``--model_base_path`` configure (TF Serving's
+    ``BuildSingleModelConfig``): the latest version of one TensorFlow model."""
+    return ModelConfig(name, os.path.abspath(os.fspath(base_path)))
+
+
+def _version_policy(entry: Any) -> tuple[str, Any]:
+    policy = entry.model_version_policy
+    choice = policy.WhichOneof("policy_choice")
+    if choice == "all":
+        return ("all", None)
+    if choice == "specific":
+        return ("specific", frozenset(int(v) for v in policy.specific.versions))
+    if choice == "latest":
+        return ("latest", max(1, int(policy.latest.num_versions)))
+    return ("latest", 1)
+
+
+def load_model_server_config(
+    path: str | os.PathLike[str], allow_version_labels_for_unavailable_models: bool = False
+) -> list[ModelConfig]:
+    """Read a ``--model_config_file`` and check it as TF Serving's ``ServerCore`` does.
+
+    Args:
+        path: a ``ModelServerConfig`` in protobuf text format.
+        allow_version_labels_for_unavailable_models: TF Serving's flag; without it a config
+            with ``version_labels`` is refused (TF Serving: FAILED_PRECONDITION "Request to
+            assign label to version N of model M, which is not currently available for
+            inference").
+
+    Returns:
+        The models, in file order.
+
+    Example:
+        >>> load_model_server_config("serving/models.config", True)[0].name  # doctest: +SKIP
+        'transformer'
+    """
+    from tensorflow_serving.config import model_server_config_pb2
+
+    config, text = parse_text_file(path, model_server_config_pb2.ModelServerConfig())
+    path = os.fspath(path)
+    choice = config.WhichOneof("config")
+    if choice != "model_config_list":
+        field = choice or "model_config_list"
+        raise _error(
+            path,
+            field_line(text, field),
+            field,
+            "the server needs a model_config_list (TF Serving does not support "
+            "custom_model_config)",
+        )
+    models: list[ModelConfig] = []
+    start = 0  # the line of the current entry's name, found after the previous entry's
+    for entry in config.model_config_list.config:
+        quoted = re.compile(rf"""(?<![\w.])name\s*:\s*["']{re.escape(entry.name)}["']""")
+        lines = text.splitlines()
+        start = next(
+            (
+                n
+                for n in range(start + 1, len(lines) + 1)
+                if quoted.search(_strip_comment(lines[n - 1]))
+            ),
+            start + 1,
+        )
+        models.append(_check_model(path, text, entry, start, models))
+        if entry.version_labels and not allow_version_labels_for_unavailable_models:
+            label, version = sorted(entry.version_labels.items())[0]
+            raise _error(
+                path,
+                field_line(text, "version_labels", start),
+                "version_labels",
+                f"FAILED_PRECONDITION: Request to assign label to version {version} of model "
+                f"{entry.name}, which is not currently available for inference (label "
+                f"{label!r}; TF Serving assigns labels before any version has loaded: start "
+                f"with {LABELS_FLAG}=true)",
+            )
+    if not models:
+        raise _error(path, None, "model_config_list", "the config lists no models")
+    return models
+
+
+def _check_model(
+    path: str, text: str, entry: Any, start: int, previous: list[ModelConfig]
+) -> ModelConfig:
+    def fail(field: str, message: str) -> ConfigError:
+        return _error(path, field_line(text, field, start) or start, field, message)
+
+    if not entry.name:
+        raise fail("name", "every model needs a name")
+    if any(m.name == entry.name for m in previous):
+        raise fail("name", f"Illegal to list model {entry.name} multiple times in config list")
+    if entry.model_type and entry.model_platform:
+        raise fail(
+            "model_type",
+            "Illegal setting both ModelServerConfig::model_type (deprecated) and "
+            "ModelServerConfig::model_platform.",
+        )
+    platform = entry.model_platform
+    if entry.model_type:
+        platform = TENSORFLOW_PLATFORM if entry.model_type == 1 else str(entry.model_type)
+    if not platform:
+        raise fail(
+            "model_platform",
+            "Illegal setting neither ModelServerConfig::model_type (deprecated) nor "
+            f'ModelServerConfig::model_platform (set model_platform: "{TENSORFLOW_PLATFORM}")',
+        )
+    if platform != TENSORFLOW_PLATFORM:
+        raise fail("model_platform", f"Model {entry.name} requests unsupported platform {platform}")
+    if not entry.base_path or not os.path.isabs(entry.base_path):
+        raise fail(
+            "base_path",
+            f"Expected model {entry.name} to have an absolute path or URI; got "
+            f"base_path()={entry.base_path}",
+        )
+    if entry.HasField("logging_config"):
+        raise fail("logging_config", "request logging is not supported by the stand-in")
+    labels = {str(k): int(v) for k, v in entry.version_labels.items()}
+    return ModelConfig(entry.name, entry.base_path, _version_policy(entry), labels)
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchOptions:
+    """The batching parameters the stand-in runs, with TF Serving's defaults
+    (``SharedBatchScheduler`` queue options, ``batch_scheduler.h``), plus its own
+    length bucketing.
+
+    Args:
+        max_batch_size: most rows in one session run; a larger request is refused.
+        batch_timeout_micros: how long the oldest queued request waits for company.
+        max_enqueued_batches: the queue holds at most this many full batches (then
+            UNAVAILABLE, HTTP 503).
+        num_batch_threads: batches run at once.
+        max_padding: the stand-in's own: a merged batch is split where its rows, sorted by
+            length, would pad more than this fraction of the padded batch (0 merges nothing
+            of unequal length, 1 never splits).
+
+    Example:
+        >>> BatchOptions(max_batch_size=8, batch_timeout_micros=5000).num_batch_threads >= 1
+        True
+    """
+
+    max_batch_size: int = 1000
+    batch_timeout_micros: int = 0
+    max_enqueued_batches: int = 10
+    num_batch_threads: int = dataclasses.field(default_factory=lambda: os.cpu_count() or 1)
+    max_padding: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.max_batch_size < 1 or self.num_batch_threads < 1:
+            raise ValueError(
+                f"max_batch_size and num_batch_threads must be >= 1, got "
+                f"{self.max_batch_size} and {self.num_batch_threads}"
+            )
+        if self.batch_timeout_micros < 0 or self.max_enqueued_batches < 1:
+            raise ValueError("batch_timeout_micros must be >= 0 and max_enqueued_batches >= 1")
+        if not 0.0 <= self.max_padding <= 1.0:
+            raise ValueError(f"max_padding must be in [0, 1], got {self.max_padding}")
+
+
+# Fields of BatchingParameters the stand-in does not run, and why.
+_UNSUPPORTED_BATCHING = {
+    "allowed_batch_sizes": "batches are not padded to fixed sizes",
+    "pad_variable_length_inputs": "requests whose inner dims differ are never merged",
+    "enable_large_batch_splitting": "a request larger than max_batch_size is refused",
+    "max_execution_batch_size": "large batches are not split",
+}
+
+
+def load_batching_parameters(
+    path: str | os.PathLike[str], max_padding: float | None = None
+) -> BatchOptions:
+    """Read a ``--batching_parameters_file`` (``BatchingParameters`` text format).
+
+    Args:
+        path: the file.
+        max_padding: the stand-in's bucketing threshold (see :class:`BatchOptions`);
+            its default when None.
+
+    Returns:
+        The :class:`BatchOptions` the file sets, TF Serving's defaults elsewhere.
+
+    Raises:
+        ConfigError: a schema error, a field the stand-in does not run, or a value out of
+            range, with the file, line and field.
+    """
+    params, text = parse_text_file(path, BatchingParameters())
+    path = os.fspath(path)
+    for field, why in _UNSUPPORTED_BATCHING.items():
+        value = getattr(params, field)
+        is_set = params.HasField(field) if hasattr(value, "ByteSize") else bool(value)
+        if is_set:
+            raise _error(
+                path, field_line(text, field), field, f"not supported by the stand-in ({why})"
+            )
+    values: dict[str, Any] = {}
+    for field in ("max_batch_size", "batch_timeout_micros", "max_enqueued_batches"):
+        if params.HasField(field):
+            values[field] = int(getattr(params, field).value)
+    if params.HasField("num_batch_threads"):
+        values["num_batch_threads"] = int(params.num_batch_threads.value)
+    if max_padding is not None:
+        values["max_padding"] = max_padding
+    try:
+        return BatchOptions(**values)
+    except ValueError as e:
+        field = next((f for f in values if f in str(e)), "max_batch_size")
+        raise _error(path, field_line(text, field), field, str(e)) from None

@@ -1,0 +1,259 @@
+"""TF Serving's REST API on aiohttp.
+
+Paths, methods, status codes and ``{"error": ...}`` bodies are TF Serving's
+(``http_rest_api_handler.cc``): ``POST /v1/models/NAME[/versions/N|/labels/L]:predict``,
+``GET /v1/models/NAME[/versions/N|/labels/L][/metadata]``, matched case-insensitively; a wrong
+method on a ``/v1/`` path is 400 "Malformed request". aiohttp does the HTTP/1.1 (parsing,
+chunked bodies, keep-alive, the body-size cap); the work of a request (JSON, session run)
+runs on a thread pool of ``--rest_api_num_threads`` so the event loop only moves bytes.
+A stop closes the listening socket, answers the requests in flight, then returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import logging
+import re
+import threading
+import urllib.parse
+from collections.abc import Mapping
+from typing import Any
+
+from aiohttp import web
+
+from keras_transformer.serving.codec import (
+    decode_predict_request,
+    json_str,
+    make_predict_response,
+    message_to_dict,
+)
+from keras_transformer.serving.core import ServerCore
+from keras_transformer.serving.errors import ServingStatusError, invalid, not_found
+from keras_transformer.serving.servable import DEFAULT_SIGNATURE
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MAX_REQUEST_BYTES = 16 * 1024 * 1024
+
+_PREDICT_RE = re.compile(
+    r"/v1/models/([^/:]+)(?:/versions/(\d+)|/labels/([^/:]+))?:(classify|regress|predict)",
+    re.IGNORECASE,
+)
+_STATUS_RE = re.compile(
+    r"/v1/models(?:/([^/:]+))?(?:/versions/(\d+)|/labels/([^/:]+))?(?:/(metadata))?",
+    re.IGNORECASE,
+)
+_V1_RE = re.compile(r"/v1/.*", re.IGNORECASE | re.DOTALL)
+
+
+def parse_json_request(body: bytes) -> dict[str, Any]:
+    """The JSON object of a ``:predict`` body, or INVALID_ARGUMENT saying what is wrong."""
+    if not body.strip():
+        raise invalid("JSON Parse error: The document is empty")
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as e:
+        message = f"JSON Parse error: Invalid encoding in string. at offset: {e.start}"
+        raise invalid(message) from None
+    try:
+        request = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise invalid(f"JSON Parse error: {e.msg} at offset: {e.pos}") from None
+    except RecursionError:
+        raise invalid("JSON Parse error: the document is nested too deeply") from None
+    if not isinstance(request, dict):
+        raise invalid(f"JSON Value: {json_str(request)} Is not object")
+    return request
+
+
+def signature_name_of(request: Mapping[str, Any], default: str) -> str:
+    """The request's ``signature_name`` (``default`` when absent or empty)."""
+    name = request.get("signature_name", default)
+    if not isinstance(name, str):
+        raise invalid(
+            f"JSON Value: {json_str(request)} not formatted correctly. 'signature_name' "
+            "key must be a string value."
+        )
+    return name or default
+
+
+def _spec(name: str, version: str | None, label: str | None) -> tuple[str, int | None, str | None]:
+    return (
+        urllib.parse.unquote(name),
+        int(version) if version else None,
+        urllib.parse.unquote(label) if label else None,
+    )
+
+
+def _too_large(limit: int, size: int | None = None) -> ServingStatusError:
+    what = f"Request body of {size} bytes" if size is not None else "Request body"
+    return ServingStatusError(
+        "RESOURCE_EXHAUSTED", f"{what} exceeds the limit of {limit} bytes", http_status=413
+    )
+
+
+class RestApp:
+    """The request handlers: JSON in, JSON out, over a :class:`ServerCore`."""
+
+    def __init__(self, core: ServerCore, max_request_bytes: int) -> None:
+        self.core = core
+        self.max_request_bytes = int(max_request_bytes)
+
+    def predict(self, name: str, version: int | None, label: str | None, body: bytes) -> dict:
+        request = parse_json_request(body)
+        signature_name = signature_name_of(request, DEFAULT_SIGNATURE)
+        servable = self.core.servable(name, version, label)
+        try:
+            signature = servable.rest_signature(signature_name)
+            arrays, row_format = decode_predict_request(
+                request, dict(signature.inputs), signature_name
+            )
+            outputs = self.core.predict(servable, signature_name, arrays)
+        finally:
+            servable.release()
+        return make_predict_response(outputs, row_format)
+
+    def status(self, name: str, version: int | None, label: str | None) -> dict:
+        return message_to_dict(self.core.status(name, version, label))
+
+    def metadata(self, name: str, version: int | None, label: str | None) -> dict:
+        servable = self.core.servable(name, version, label)
+        try:
+            response = self.core.metadata(servable)
+        finally:
+            servable.release()
+        from tensorflow_serving.apis import get_model_metadata_pb2
+
+        signature_map = get_model_metadata_pb2.SignatureDefMap()
+        response.metadata["signature_def"].Unpack(signature_map)
+        return {
+            "model_spec": message_to_dict(response.model_spec),
+            "metadata": {"signature_def": message_to_dict(signature_map)},
+        }
+
+    def dispatch(self, method: str, path: str, body: bytes) -> dict[str, Any]:
+        """The JSON answer of one request (raises :class:`ServingStatusError`)."""
+        if method == "POST":
+            m = _PREDICT_RE.fullmatch(path)
+            if m:
+                name, version, label, verb = m.groups()
+                if verb.lower() != "predict":
+                    raise ServingStatusError(
+                        "UNIMPLEMENTED",
+                        f"{verb} is not implemented by the development stand-in server",
+                    )
+                return self.predict(*_spec(name, version, label), body)
+        elif method in ("GET", "HEAD"):
+            m = _STATUS_RE.fullmatch(path)
+            if m:
+                name, version, label, metadata = m.groups()
+                if not name:
+                    raise invalid("Missing model name in request.")
+                spec = _spec(name, version, label)
+                return self.metadata(*spec) if metadata else self.status(*spec)
+        if _V1_RE.fullmatch(path):
+            raise invalid(f"Malformed request: {method} {path}")
+        raise not_found(f"Not found: {method} {path} (the REST API lives under /v1/)")
+
+    def answer(self, method: str, path: str, body: bytes) -> tuple[int, bytes]:
+        """(HTTP status, JSON body) for a request; never raises."""
+        try:
+            status, payload = 200, self.dispatch(method, path, body)
+        except ServingStatusError as e:
+            status, payload = e.http_status, {"error": e.message}
+        except Exception as e:  # never let a request kill the worker or leak a traceback
+            logger.exception("internal error on %s %s", method, path)
+            status, payload = 500, {"error": f"Internal error: {type(e).__name__}: {e}"}
+        if status != 200:
+            logger.info("%s %s -> %d %s", method, path, status, payload.get("error"))
+        text = json.dumps(payload, ensure_ascii=False)
+        return status, text.encode("utf-8", "surrogatepass")
+
+
+class RestServer:
+    """The aiohttp server of a :class:`RestApp`, on its own event loop thread.
+
+    Args:
+        core: the models.
+        host: bind address.
+        port: TCP port (0: a free one, see :attr:`port`).
+        max_request_bytes: larger bodies are answered 413.
+        num_threads: request threads (``--rest_api_num_threads``).
+        shutdown_timeout: seconds :meth:`stop` waits for requests in flight.
+    """
+
+    def __init__(
+        self,
+        core: ServerCore,
+        host: str,
+        port: int,
+        max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+        num_threads: int = 8,
+        shutdown_timeout: float = 60.0,
+    ) -> None:
+        self.app = RestApp(core, max_request_bytes)
+        self.host = host
+        self._requested_port = port
+        self._shutdown_timeout = shutdown_timeout
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=max(1, num_threads), thread_name_prefix="rest"
+        )
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="rest-api", daemon=True)
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        method, path = request.method, request.rel_url.raw_path
+        limit = self.app.max_request_bytes
+        try:
+            if request.content_length is not None and request.content_length > limit:
+                raise _too_large(limit, request.content_length)
+            body = await request.read() if method == "POST" else b""
+        except ServingStatusError as e:
+            return self._response(e.http_status, {"error": e.message})
+        except web.HTTPRequestEntityTooLarge:
+            return self._response(413, {"error": _too_large(limit).message})
+        loop = asyncio.get_running_loop()
+        status, data = await loop.run_in_executor(
+            self._executor, self.app.answer, method, path, body
+        )
+        return web.Response(status=status, body=data, content_type="application/json")
+
+    @staticmethod
+    def _response(status: int, payload: dict) -> web.Response:
+        logger.info("-> %d %s", status, payload.get("error"))
+        body = json.dumps(payload)
+        return web.Response(status=status, text=body, content_type="application/json")
+
+    async def _start(self) -> None:
+        app = web.Application(client_max_size=self.app.max_request_bytes)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(
+            app, access_log=None, handle_signals=False, shutdown_timeout=self._shutdown_timeout
+        )
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self._requested_port, reuse_address=True)
+        await site.start()
+        self.port = int(self._runner.addresses[0][1])
+
+    def start(self) -> None:
+        """Bind and serve (returns once the socket listens)."""
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(timeout=60)
+
+    def stop(self) -> None:
+        """Stop listening, answer the requests in flight, then end the loop thread."""
+        if self._runner is not None:
+            cleanup = asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop)
+            try:
+                cleanup.result(timeout=self._shutdown_timeout + 10)
+            except Exception:
+                logger.exception("REST server did not stop cleanly")
+            self._runner = None
+        if self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+        self._executor.shutdown(wait=True)

@@ -1,0 +1,250 @@
+"""One loaded model version, run the way TF Serving's C++ server runs it.
+
+Each version is loaded through the TF1 session loader (``tf.compat.v1.saved_model.loader.load``
+with the ``serve`` tag into its own ``Graph`` + ``Session``), after ``tensorflow_text`` is
+imported so tf-text's ops resolve, and its SignatureDefs run by the tensor names in the
+MetaGraphDef. Requests are checked as ``predict_util.cc`` checks them (signature, inputs,
+``output_filter``), with TF Serving's messages. TF Serving's XLA rule holds: a graph that needs
+XLA compilation does not load unless ``--xla_cpu_compilation_enabled=true``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import re
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from keras_transformer.serving.errors import ServingStatusError, code_name_of, invalid
+from keras_transformer.serving.ops import XLA_FLAG, xla_requirements
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_SIGNATURE = "serving_default"
+SERVE_TAG = "serve"
+_XLA_LISTED = 5
+
+
+@dataclasses.dataclass(frozen=True)
+class SessionOptions:
+    """How each version's session is made and run (TF Serving's session flags).
+
+    Args:
+        intra_op_threads: ``--tensorflow_intra_op_parallelism`` (0: TensorFlow's choice).
+        inter_op_threads: ``--tensorflow_inter_op_parallelism`` (0: TensorFlow's choice).
+        run_timeout_ms: the session-run timeout (``--rest_api_timeout_in_ms``; 0: none).
+        xla_compilation_enabled: ``--xla_cpu_compilation_enabled``.
+    """
+
+    intra_op_threads: int = 0
+    inter_op_threads: int = 0
+    run_timeout_ms: int = 0
+    xla_compilation_enabled: bool = False
+
+
+def is_complete_saved_model(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` holds a ``saved_model.pb`` (or ``.pbtxt``): a version to load."""
+    return any(
+        os.path.isfile(os.path.join(path, name)) for name in ("saved_model.pb", "saved_model.pbtxt")
+    )
+
+
+def _import_tf_text() -> None:
+    try:
+        import tensorflow_text  # noqa: F401
+    except ImportError:
+        logger.info("tensorflow_text is not installed; tf-text ops are not registered")
+
+
+def _xla_error(needs_xla: Sequence[str]) -> str:
+    listed = "; ".join(needs_xla[:_XLA_LISTED])
+    more = len(needs_xla) - _XLA_LISTED
+    return (
+        f"XLA compilation disabled: this SavedModel needs XLA compilation ({listed}"
+        + (f"; and {more} more" if more > 0 else "")
+        + f"), which tensorflow_model_server disables unless started with {XLA_FLAG}"
+    )
+
+
+class Servable:
+    """One model version: a session, its SignatureDefs, and an optional batcher.
+
+    Args:
+        name: the model name.
+        version: the version number (its directory name).
+        path: the version directory.
+        options: session options.
+
+    Raises:
+        tf.errors.OpError: the SavedModel does not load (or needs XLA, as INTERNAL).
+
+    Example:
+        >>> servable = Servable("toy", 1, "/models/toy/1")  # doctest: +SKIP
+        >>> servable.predict("serving_default", {"sentences": np.array([b"a"], object)})
+    """
+
+    def __init__(
+        self, name: str, version: int, path: str, options: SessionOptions | None = None
+    ) -> None:
+        import tensorflow as tf
+
+        from keras_transformer.compat import silence_tf_deprecation
+
+        _import_tf_text()
+        options = options or SessionOptions()
+        self.name, self.version, self.path = name, version, path
+        config = tf.compat.v1.ConfigProto(
+            intra_op_parallelism_threads=options.intra_op_threads,
+            inter_op_parallelism_threads=options.inter_op_threads,
+        )
+        self._graph = tf.Graph()
+        self._session = tf.compat.v1.Session(graph=self._graph, config=config)
+        self._run_options = (
+            tf.compat.v1.RunOptions(timeout_in_ms=options.run_timeout_ms)
+            if options.run_timeout_ms
+            else None
+        )
+        try:
+            with self._graph.as_default(), silence_tf_deprecation():
+                self.meta_graph_def = tf.compat.v1.saved_model.loader.load(
+                    self._session, [SERVE_TAG], path
+                )
+            if not options.xla_compilation_enabled:
+                needs_xla = xla_requirements(self.meta_graph_def.graph_def)
+                if needs_xla:
+                    raise tf.errors.InternalError(None, None, _xla_error(needs_xla))
+        except Exception:
+            self._session.close()
+            raise
+        self.signatures = dict(self.meta_graph_def.signature_def)
+        self._op_error = tf.errors.OpError
+        self.batcher: Any = None  # a batcher.BatchScheduler, set by the model manager
+        self._in_flight = 0
+        self._idle = threading.Condition()
+
+    # -- use counting: an unload waits for the requests that hold the version ---------------
+
+    def acquire(self) -> None:
+        """Count a request in; :meth:`close` waits until it is released."""
+        with self._idle:
+            self._in_flight += 1
+
+    def release(self) -> None:
+        """Count a request out."""
+        with self._idle:
+            self._in_flight -= 1
+            self._idle.notify_all()
+
+    # -- requests -----------------------------------------------------------------------------
+
+    def rest_signature(self, signature_name: str) -> Any:
+        """The SignatureDef for a REST request (the REST handler's message when unknown)."""
+        if signature_name not in self.signatures:
+            raise invalid(f'Serving signature name: "{signature_name}" not found in signature def')
+        return self.signatures[signature_name]
+
+    def prepare(
+        self,
+        signature_name: str,
+        arrays: Mapping[str, np.ndarray],
+        output_filter: Sequence[str] = (),
+    ) -> tuple[Any, list[str]]:
+        """Check a request as TF Serving's ``PreProcessPrediction`` does.
+
+        Returns:
+            ``(signature, output aliases to fetch)``.
+        """
+        signature = self.signatures.get(signature_name or DEFAULT_SIGNATURE)
+        if signature is None:
+            raise ServingStatusError(
+                "FAILED_PRECONDITION", f'Serving signature key "{signature_name}" not found.'
+            )
+        sent, wanted = set(arrays), set(signature.inputs)
+        if sent != wanted:
+            raise invalid(
+                f"input size does not match signature: {len(sent)}!={len(wanted)} "
+                f"len({{{','.join(sorted(sent))}}}) != len({{{','.join(sorted(wanted))}}}). "
+                f"Sent extra: {{{','.join(sorted(sent - wanted))}}}. Missing but required: "
+                f"{{{','.join(sorted(wanted - sent))}}}."
+            )
+        for position, alias in enumerate(sorted(arrays)):
+            _check_dtype(position, alias, signature.inputs[alias], arrays[alias])
+        outputs = list(output_filter) or list(signature.outputs)
+        for alias in output_filter:
+            if alias not in signature.outputs:
+                raise invalid(
+                    f"output tensor alias not found in signature: {alias} Outputs expected to "
+                    f"be in the set {{{','.join(sorted(signature.outputs))}}}."
+                )
+        if len(set(outputs)) != len(outputs):
+            duplicate = next(a for a in outputs if outputs.count(a) > 1)
+            raise invalid(f"duplicate output tensor alias: {duplicate}")
+        return signature, outputs
+
+    def run(
+        self,
+        signature_name: str,
+        arrays: Mapping[str, np.ndarray],
+        output_aliases: Sequence[str] | None = None,
+    ) -> dict[str, np.ndarray]:
+        """One session run of a signature on named arrays (checked with :meth:`prepare`)."""
+        signature, outputs = self.prepare(signature_name, arrays, output_aliases or ())
+        feeds = {signature.inputs[alias].name: arrays[alias] for alias in arrays}
+        fetches = {alias: signature.outputs[alias].name for alias in outputs}
+        try:
+            result = self._session.run(fetches, feed_dict=feeds, options=self._run_options)
+        except self._op_error as e:
+            # The C++ server answers the bare status message, without Python's prefix.
+            message = re.sub(r"^Graph execution error:\s*", "", e.message)
+            raise ServingStatusError(code_name_of(e), message) from None
+        except (ValueError, TypeError) as e:  # feed shape/dtype checks in Session.run
+            raise invalid(str(e)) from None
+        return {alias: np.asarray(value) for alias, value in result.items()}
+
+    def predict(
+        self,
+        signature_name: str,
+        arrays: Mapping[str, np.ndarray],
+        output_filter: Sequence[str] = (),
+    ) -> dict[str, np.ndarray]:
+        """Run a request, through the batcher when there is one and the request fits it."""
+        signature_name = signature_name or DEFAULT_SIGNATURE
+        self.prepare(signature_name, arrays, output_filter)
+        if self.batcher is not None and self.batcher.can_batch(signature_name, arrays):
+            outputs = self.batcher.submit(signature_name, arrays)
+            return {k: outputs[k] for k in (output_filter or outputs)}
+        return self.run(signature_name, arrays, output_filter)
+
+    def close(self, wait_seconds: float = 60.0) -> None:
+        """Wait for the requests in flight (at most ``wait_seconds``), then close."""
+        with self._idle:
+            if not self._idle.wait_for(lambda: self._in_flight == 0, timeout=wait_seconds):
+                logger.warning("closing %s v%d with requests in flight", self.name, self.version)
+        if self.batcher is not None:
+            self.batcher.stop()
+        self._session.close()
+
+
+def _check_dtype(position: int, alias: str, info: Any, array: np.ndarray) -> None:
+    """TF's feed check ("Expects arg[0] to be string but float is provided"), made before the
+    run: ``Session.run`` would otherwise convert a feed of another type silently."""
+    import tensorflow as tf
+
+    expected = tf.dtypes.as_dtype(info.dtype)
+    if array.dtype == object or array.dtype.kind in "SU":
+        got = tf.string
+    else:
+        try:
+            got = tf.dtypes.as_dtype(array.dtype)
+        except TypeError:
+            got = None
+    if got != expected:
+        raise invalid(
+            f"Expects arg[{position}] to be {expected.name} but "
+            f"{got.name if got is not None else array.dtype} is provided (input '{alias}')"
+        )
