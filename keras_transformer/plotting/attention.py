@@ -51,7 +51,9 @@ def plot_attention(
         The matplotlib `Figure`.
 
     Example:
-    >>> plot_attention(src, tgt, w["cross_attention"][-1].mean(0))  # doctest: +SKIP
+    >>> figure = plot_attention(["▁Hund", "</s>"], ["▁dog", "</s>"], [[0.9, 0.1], [0.2, 0.8]])
+    >>> [label.get_text() for label in figure.axes[0].get_xticklabels()]
+    ['▁Hund', '</s>']
     """
     weights = _check_weights(weights, len(target_pieces), len(source_pieces), "weights")
     if weights.ndim != 2:
@@ -97,7 +99,10 @@ def plot_attention_heads(
         the pieces label the left column and the bottom row.
 
     Example:
-    >>> plot_attention_heads(w["cross_attention"], tgt, src, "Cross-attention")  # doctest: +SKIP
+    >>> weights = np.full((2, 4, 3, 5), 0.2)  # 2 layers, 4 heads, 3 queries, 5 keys
+    >>> figure = plot_attention_heads(weights, list("abc"), list("vwxyz"), "Cross-attention")
+    >>> sum(1 for ax in figure.axes if ax.images)
+    8
     """
     weights = _check_weights(weights, len(query_pieces), len(key_pieces), "weights")
     if weights.ndim == 3:
@@ -149,9 +154,13 @@ def plot_translation_attention(
     Returns:
         `{kind: Figure}` for the three kinds (`ATTENTION_KINDS`).
 
-    Example:
-    >>> source, target, weights = translation_attention(translator, "Ein Hund.")  # doctest: +SKIP
-    >>> figures = plot_translation_attention(source, target, weights)  # doctest: +SKIP
+    Example (not run as a doctest: it needs a trained translator):
+
+    ```python
+    source, target, weights = translation_attention(translator, "Ein Hund.")
+    for kind, figure in plot_translation_attention(source, target, weights).items():
+        figure.savefig(f"{kind}.png")
+    ```
     """
     decoder_inputs = [bos_piece, *target_pieces[:-1]]
     axes = {

@@ -161,10 +161,12 @@ def read_bleu_log(path: str) -> list[dict]:
         FileNotFoundError: when there is no such file.
         ValueError: naming the line that is not a record.
 
-    Example:
-    >>> records = read_bleu_log("runs/de-en/bleu.jsonl")  # doctest: +SKIP
-    >>> [(r["minutes"], r["bleu"]) for r in records]  # doctest: +SKIP
-    [(3.2, 12.41), (6.5, 20.02)]
+    Example (not run as a doctest: it needs a run that scored BLEU):
+
+    ```python
+    records = read_bleu_log("runs/de-en/bleu.jsonl")
+    [(r["minutes"], r["bleu"]) for r in records]  # [(3.2, 12.41), (6.5, 20.02)]
+    ```
     """
     by_epoch: dict[int, dict] = {}
     with open(path, encoding="utf-8") as f:

@@ -116,9 +116,11 @@ def read_tensorboard_curves(log_dir: str) -> dict[str, Curve]:
     Returns:
         `{name: Curve}`; empty when there are no event files.
 
-    Example:
-    >>> read_tensorboard_curves("runs/de-en/logs")["loss"].values  # doctest: +SKIP
-    (5.91, 4.87, 4.2)
+    Example (not run as a doctest: it needs a run's logs):
+
+    ```python
+    read_tensorboard_curves("runs/de-en/logs")["loss"].values  # (5.91, 4.87, 4.2)
+    ```
     """
     from tensorboard.backend.event_processing.event_accumulator import (
         TENSORS,
@@ -153,9 +155,12 @@ def read_run_curves(run_dir: str) -> dict[str, Curve]:
     Returns:
         `{name: Curve}`; empty when the run has neither logs nor `bleu.jsonl`.
 
-    Example:
-    >>> sorted(read_run_curves("runs/de-en"))  # doctest: +SKIP
-    ['accuracy', 'learning_rate', 'loss', 'val_accuracy', 'val_bleu', 'val_loss']
+    Example (not run as a doctest: it needs a trained run):
+
+    ```python
+    sorted(read_run_curves("runs/de-en"))
+    # ['accuracy', 'learning_rate', 'loss', 'val_accuracy', 'val_bleu', 'val_loss']
+    ```
     """
     from keras_transformer.run_dir import RunPaths
     from keras_transformer.training.bleu import read_bleu_log
