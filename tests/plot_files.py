@@ -9,6 +9,8 @@ figure, and token labels at least `MIN_FONT_SIZE` points.
 
 import os
 
+import numpy as np
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PLOTS_DIR = os.environ.get(
     "KERAS_TRANSFORMER_TEST_PLOTS", os.path.join(ROOT, "build", "test-plots")
@@ -72,3 +74,17 @@ def assert_readable(figure, data_axes):
                         f"tick labels {labels[i].get_text()!r} and {labels[j].get_text()!r} "
                         f"overlap on the {axis} axis of {ax.get_title()!r}"
                     )
+
+
+def heat_maps(figure):
+    """The (axes, image array) of every heat map of `figure`, in drawing order."""
+    return [(ax, np.asarray(ax.images[0].get_array())) for ax in figure.axes if ax.images]
+
+
+def colorbar_axes(figure):
+    return [ax for ax in figure.axes if ax.get_label() == "<colorbar>"]
+
+
+def data_axes(figure):
+    """The visible axes that are no colour bar."""
+    return [ax for ax in figure.axes if ax.get_label() != "<colorbar>" and ax.get_visible()]

@@ -1,11 +1,10 @@
 """`keras_transformer.plotting`: each figure draws what it claims, readably.
 
+Positional encoding, masks and attention here (training curves: `test_training_curves.py`).
 Every test saves its figure under `build/test-plots/` (see `plot_files.py`) to be looked at.
 """
 
 import configparser
-import json
-import logging
 import os
 import sys
 
@@ -13,7 +12,15 @@ import keras
 import numpy as np
 import pytest
 from multi30k_files import read_lines
-from plot_files import ROOT, assert_readable, draw, save_png, visible_tick_labels
+from plot_files import (
+    ROOT,
+    assert_readable,
+    colorbar_axes,
+    data_axes,
+    heat_maps,
+    save_png,
+    visible_tick_labels,
+)
 
 from keras_transformer import Transformer
 from keras_transformer.layers.positional_encoding import sinusoidal_table
@@ -21,35 +28,12 @@ from keras_transformer.plotting import (
     PLOT_EXTRA,
     plot_attention,
     plot_attention_heads,
-    plot_bleu_over_time,
     plot_masks,
     plot_positional_curves,
     plot_positional_heatmap,
-    plot_training_curves,
     plot_translation_attention,
 )
 from keras_transformer.plotting.attention import BOS_PIECE
-from keras_transformer.training.bleu import BLEU_LOG_FIELDS, read_bleu_log
-from keras_transformer.training.curves import (
-    Curve,
-    curves_from_history,
-    read_run_curves,
-    read_tensorboard_curves,
-)
-
-
-def _images(figure):
-    """The (axes, image array) of every heat map of `figure`, in drawing order."""
-    return [(ax, np.asarray(ax.images[0].get_array())) for ax in figure.axes if ax.images]
-
-
-def _colorbar_axes(figure):
-    return [ax for ax in figure.axes if ax.get_label() == "<colorbar>"]
-
-
-def _data_axes(figure):
-    return [ax for ax in figure.axes if ax.get_label() != "<colorbar>" and ax.get_visible()]
-
 
 # Positional encoding.
 
@@ -91,13 +75,13 @@ def test_positional_curves_are_the_sinusoids_of_the_formula():
 def test_positional_heatmap_is_the_table_with_a_colorbar():
     figure = plot_positional_heatmap(100, 128)
     save_png(figure, "positional_heatmap")
-    [(ax, image)] = _images(figure)
+    [(ax, image)] = heat_maps(figure)
     np.testing.assert_array_equal(image, sinusoidal_table(100, 128))
     assert image.shape == (100, 128)
     assert image[7, 10] == pytest.approx(np.sin(7 / 10000 ** (10 / 128)), abs=1e-6)
     assert image[7, 11] == pytest.approx(np.cos(7 / 10000 ** (10 / 128)), abs=1e-6)
     assert ax.get_xlabel().startswith("dimension") and ax.get_ylabel() == "position"
-    [bar] = _colorbar_axes(figure)
+    [bar] = colorbar_axes(figure)
     assert bar.get_ylabel() == "PE(position, i)"
     assert ax.images[0].get_clim() == (-1.0, 1.0)
     assert_readable(figure, [ax])
@@ -111,7 +95,7 @@ def test_masks_of_a_padded_batch():
     pieces = [["▁Ein", "▁Hund", "▁läuft", ".", "</s>"], ["▁Kinder", ".", "</s>"], list("abcdefg")]
     figure = plot_masks(ids, pieces=pieces)
     save_png(figure, "masks")
-    images = _images(figure)
+    images = heat_maps(figure)
     assert len(images) == 2 + 3
     (padding_ax, padding), (look_ahead_ax, look_ahead) = images[:2]
     np.testing.assert_array_equal(padding, ids != 0)
@@ -127,10 +111,10 @@ def test_masks_of_a_padded_batch():
         assert [t.get_text() for t in ax.get_yticklabels()] == names
     # Query 1 of example 1 may attend keys 0 and 1, not 2 (the future) nor 3 (padding).
     assert list(images[3][1][1, :4]) == [1, 1, 0, 0]
-    bars = _colorbar_axes(figure)
+    bars = colorbar_axes(figure)
     assert len(bars) == 2
     assert [t.get_text() for t in bars[0].get_yticklabels()] == ["blocked", "may attend"]
-    assert_readable(figure, _data_axes(figure))
+    assert_readable(figure, data_axes(figure))
 
 
 def test_masks_for_30_positions_stay_readable():
@@ -139,7 +123,7 @@ def test_masks_for_30_positions_stay_readable():
     pieces = [[f"▁piece{i}" for i in range(30)], [f"▁wort{i}" for i in range(17)]]
     figure = plot_masks(ids, pieces=pieces)
     save_png(figure, "masks_30_positions")
-    assert_readable(figure, _data_axes(figure))
+    assert_readable(figure, data_axes(figure))
 
 
 # Attention.
@@ -156,7 +140,7 @@ def test_attention_heads_of_30_pieces_are_readable():
     weights = _random_attention((2, 4, 30, 30))
     figure = plot_attention_heads(weights, target, source, "Cross-attention", "emitted", "source")
     save_png(figure, "attention_heads_30_pieces")
-    images = _images(figure)
+    images = heat_maps(figure)
     assert len(images) == 8
     for (ax, image), (layer, head) in zip(images, np.ndindex(2, 4)):
         assert ax.get_title() == f"layer {layer + 1}, head {head + 1}"
@@ -170,9 +154,9 @@ def test_attention_heads_of_30_pieces_are_readable():
     assert visible_tick_labels(images[1][0], "y") == []
     assert figure.get_suptitle() == "Cross-attention"
     assert figure.get_supxlabel() == "source" and figure.get_supylabel() == "emitted"
-    [bar] = _colorbar_axes(figure)
+    [bar] = colorbar_axes(figure)
     assert bar.get_ylabel() == "attention weight"
-    assert_readable(figure, _data_axes(figure))
+    assert_readable(figure, data_axes(figure))
 
     with pytest.raises(ValueError, match="expected shape"):
         plot_attention_heads(weights, target[:-1], source)
@@ -183,12 +167,12 @@ def test_plot_attention_draws_one_matrix():
     weights = _random_attention((4, 3))
     figure = plot_attention(source, target, weights, title="mean of the heads")
     save_png(figure, "attention_one_matrix")
-    [(ax, image)] = _images(figure)
+    [(ax, image)] = heat_maps(figure)
     np.testing.assert_allclose(image, weights)
     assert [t.get_text() for t in ax.get_xticklabels()] == source
     assert [t.get_text() for t in ax.get_yticklabels()] == target
     assert ax.get_xlabel() == "source (key)" and ax.get_title() == "mean of the heads"
-    assert len(_colorbar_axes(figure)) == 1
+    assert len(colorbar_axes(figure)) == 1
     with pytest.raises(ValueError, match="expected shape"):
         plot_attention(source, target, weights.T)
 
@@ -240,7 +224,7 @@ def test_translation_attention_figures_of_a_real_sentence(tokenizer, multi30k_di
     }
     for kind, figure in figures.items():
         save_png(figure, f"translation_{kind}")
-        images = _images(figure)
+        images = heat_maps(figure)
         assert len(images) == model.num_decoder_layers * model.num_heads
         bottom_left = images[-model.num_heads][0]
         assert [t.get_text() for t in visible_tick_labels(bottom_left, "x")] == columns[kind]
@@ -248,170 +232,10 @@ def test_translation_attention_figures_of_a_real_sentence(tokenizer, multi30k_di
         for (_, image), (layer, head) in zip(images, np.ndindex(*weights[kind].shape[:2])):
             np.testing.assert_allclose(image, weights[kind][layer, head])
             np.testing.assert_allclose(image.sum(-1), 1.0, atol=1e-5)  # rows are distributions
-        assert_readable(figure, _data_axes(figure))
+        assert_readable(figure, data_axes(figure))
     # Decoder self-attention is causal: nothing above the diagonal.
-    decoder = _images(figures["decoder_self_attention"])[0][1]
+    decoder = heat_maps(figures["decoder_self_attention"])[0][1]
     assert np.all(np.triu(decoder, k=1) == 0.0)
-
-
-# Training curves.
-
-
-def _history(logs):
-    history = keras.callbacks.History()
-    history.history = logs
-    history.epoch = list(range(len(logs["loss"])))
-    return history
-
-
-def test_training_curves_from_a_history():
-    logs = {
-        "loss": [5.1, 4.0, 3.4, 3.1],
-        "val_loss": [4.6, 3.9, 3.5, 3.4],
-        "accuracy": [0.11, 0.22, 0.3, 0.36],
-        "val_accuracy": [0.12, 0.21, 0.29, 0.33],
-        "learning_rate": [1e-4, 2e-4, 3e-4, 2.6e-4],
-        "val_bleu": [1.2, 5.0, 9.1, 11.3],
-    }
-    figure = plot_training_curves(_history(logs))
-    save_png(figure, "training_curves_history")
-    axes = _data_axes(figure)
-    assert [ax.get_title() for ax in axes] == [
-        "loss",
-        "accuracy",
-        "learning rate",
-        "validation BLEU",
-    ]
-    by_title = {ax.get_title(): ax for ax in axes}
-    for title, keys in {
-        "loss": ["loss", "val_loss"],
-        "accuracy": ["accuracy", "val_accuracy"],
-        "learning rate": ["learning_rate"],
-        "validation BLEU": ["val_bleu"],
-    }.items():
-        ax = by_title[title]
-        assert ax.get_xlabel() == "epoch"
-        lines = ax.get_lines()
-        assert [line.get_label() for line in lines] == [
-            "validation" if k.startswith("val_") else "training" for k in keys
-        ]
-        for line, key in zip(lines, keys):
-            assert list(line.get_xdata()) == [1, 2, 3, 4]
-            assert list(line.get_ydata()) == logs[key]
-    assert_readable(figure, axes)
-
-
-def test_training_curves_leave_out_what_a_history_cannot_place(caplog):
-    logs = {"loss": [3.0, 2.0, 1.5], "val_bleu": [4.0]}  # BLEU scored once in 3 epochs
-    with caplog.at_level(logging.WARNING):
-        curves = curves_from_history(_history(logs))
-    assert curves == {"loss": Curve((1, 2, 3), (3.0, 2.0, 1.5))}
-    assert "val_bleu (1 of 3 epochs)" in caplog.text
-    figure = plot_training_curves(curves)
-    assert [ax.get_title() for ax in _data_axes(figure)] == ["loss"]
-    with pytest.raises(ValueError, match="no curve"):
-        plot_training_curves({"steps_per_second": [1.0]})
-    with pytest.raises(ValueError, match="History"):
-        curves_from_history([1.0, 2.0])
-
-
-class _FakeBleu(keras.callbacks.Callback):
-    """Puts `val_bleu` into the logs every second epoch, as `BleuCallback(every=2)` does."""
-
-    def on_epoch_end(self, epoch, logs=None):
-        if epoch % 2:
-            logs["val_bleu"] = 10.0 + epoch
-
-
-def test_tensorboard_curves_equal_the_history(tmp_path):
-    rng = np.random.default_rng(0)
-    x = rng.random((64, 4)).astype("float32")
-    y = (x.sum(1) > 2).astype("float32")
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1, activation="sigmoid")])
-    model.compile(keras.optimizers.Adam(0.05), "binary_crossentropy", metrics=["accuracy"])
-    log_dir = str(tmp_path / "logs")
-    history = model.fit(
-        x,
-        y,
-        epochs=4,
-        validation_split=0.25,
-        verbose=0,
-        callbacks=[_FakeBleu(), keras.callbacks.TensorBoard(log_dir)],
-    )
-    curves = read_tensorboard_curves(log_dir)
-    assert set(curves) == {
-        "loss",
-        "accuracy",
-        "learning_rate",
-        "val_loss",
-        "val_accuracy",
-        "val_bleu",
-    }
-    for name in ("loss", "accuracy", "val_loss", "val_accuracy"):
-        assert curves[name].epochs == (1, 2, 3, 4)
-        np.testing.assert_allclose(curves[name].values, history.history[name], rtol=1e-6)
-    assert curves["learning_rate"].values == pytest.approx((0.05,) * 4)
-    assert curves["val_bleu"] == Curve((2, 4), (11.0, 13.0))  # at the epochs it was logged
-    figure = plot_training_curves(curves, title="From TensorBoard events")
-    save_png(figure, "training_curves_tensorboard")
-    bleu_ax = [ax for ax in figure.axes if ax.get_title() == "validation BLEU"][0]
-    assert list(bleu_ax.get_lines()[0].get_xdata()) == [2, 4]
-    assert_readable(figure, _data_axes(figure))
-    assert read_tensorboard_curves(str(tmp_path / "missing")) == {}
-
-
-def _bleu_records():
-    signature = "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.5.1"
-    return [
-        {
-            "epoch": e,
-            "step": 100 * e,
-            "minutes": 3.1 * e,
-            "bleu": b,
-            "seconds_to_score": 4.0,
-            "signature": signature,
-        }
-        for e, b in zip(range(1, 5), (1.2, 5.0, 9.1, 11.3))
-    ]
-
-
-def test_bleu_log_is_read_and_plotted_against_minutes(tmp_path):
-    path = tmp_path / "bleu.jsonl"
-    records = _bleu_records()
-    resumed = dict(records[2], bleu=9.5)  # a resumed run scored epoch 3 again
-    path.write_text("".join(json.dumps(r) + "\n" for r in [*records, resumed]))
-    read = read_bleu_log(str(path))
-    assert [r["epoch"] for r in read] == [1, 2, 3, 4] and read[2]["bleu"] == 9.5
-    assert all(tuple(r) == BLEU_LOG_FIELDS for r in read)
-
-    figure = plot_bleu_over_time(str(path))
-    save_png(figure, "bleu_over_time")
-    (ax,) = figure.axes
-    line = ax.get_lines()[0]
-    assert list(line.get_xdata()) == pytest.approx([3.1, 6.2, 9.3, 12.4])
-    assert list(line.get_ydata()) == [1.2, 5.0, 9.5, 11.3]
-    assert ax.get_xlabel() == "training time (minutes)" and ax.get_ylabel() == "BLEU"
-    assert [t.get_text() for t in ax.texts] == ["epoch 1", "epoch 2", "epoch 3", "epoch 4"]
-    assert ax.get_xlim()[0] == 0.0
-    renderer = draw(figure)
-    for text in ax.texts:  # the epoch labels stay inside the axes
-        assert ax.get_window_extent(renderer).contains(*text.get_window_extent(renderer).p1)
-    assert "tok:13a" in ax.get_title()
-    assert figure.get_suptitle() == "Validation BLEU against training time"
-    assert_readable(figure, [ax])
-
-    path.write_text(json.dumps(records[0]) + "\nnot json\n")
-    with pytest.raises(ValueError, match="line 2"):
-        read_bleu_log(str(path))
-
-
-def test_run_curves_take_bleu_from_the_log_when_tensorboard_has_none(tmp_path):
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    (run_dir / "bleu.jsonl").write_text("".join(json.dumps(r) + "\n" for r in _bleu_records()))
-    curves = read_run_curves(str(run_dir))
-    assert curves == {"val_bleu": Curve((1, 2, 3, 4), (1.2, 5.0, 9.1, 11.3))}
-    assert read_run_curves(str(tmp_path / "empty")) == {}
 
 
 # Packaging.
