@@ -23,6 +23,7 @@ _LAZY_MODULES = (
     "export",
     "export_tasks",
     "generator",
+    "plotting",
     "serving",
     "tasks",
     "tokenization",

@@ -2,9 +2,8 @@
 
 `translation_attention` translates one sentence, then runs the model teacher-forced on
 `[BOS] + translation` with `return_attention_scores=True` and returns the weights as numpy
-arrays next to the SentencePiece pieces that label their axes. `plot_attention` draws one
-head (or the mean of several) with matplotlib, which is imported only when it is called
-(it is not a dependency of the package) and never calls `plt.show()`.
+arrays next to the SentencePiece pieces that label their axes. The figures are drawn by
+`keras_transformer.plotting` (`plot_translation_attention`, `plot_attention`).
 
 Example:
 
@@ -17,9 +16,6 @@ figure.savefig("attention.png")
 """
 
 from __future__ import annotations
-
-from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -89,57 +85,3 @@ def translation_attention(
         _pieces(translator.target_tokenizer, target),
         weights,
     )
-
-
-def plot_attention(
-    source_pieces: Sequence[str],
-    target_pieces: Sequence[str],
-    weights: Any,
-    ax: Any = None,
-    title: str | None = None,
-):
-    """Draws a (T, S) attention matrix as a heat map with labeled axes.
-
-    Needs matplotlib (imported here; not a dependency of the package). Does not call
-    `plt.show()`.
-
-    Args:
-        source_pieces: the S column labels.
-        target_pieces: the T row labels.
-        weights: (T, S) weights, e.g. one head `w[layer, head]` or `w[layer].mean(0)`.
-        ax: a matplotlib `Axes` to draw on; a new figure is made when None.
-        title: the axes' title.
-
-    Returns:
-        The matplotlib `Figure`.
-    """
-    try:
-        import matplotlib.pyplot as plt
-    except ImportError as e:
-        raise ImportError(
-            "plot_attention needs matplotlib, which keras_transformer does not install: "
-            "`pip install matplotlib`."
-        ) from e
-    weights = np.asarray(weights)
-    if weights.shape != (len(target_pieces), len(source_pieces)):
-        raise ValueError(
-            "Received an invalid value for argument `weights`, expected shape "
-            f"(len(target_pieces), len(source_pieces))="
-            f"{(len(target_pieces), len(source_pieces))}. Received: weights.shape={weights.shape}"
-        )
-    if ax is None:
-        figure, ax = plt.subplots(
-            figsize=(max(4.0, 0.45 * len(source_pieces)), max(3.0, 0.4 * len(target_pieces)))
-        )
-    else:
-        figure = ax.figure
-    image = ax.imshow(weights, cmap="viridis", aspect="auto", vmin=0.0)
-    ax.set_xticks(range(len(source_pieces)), list(source_pieces), rotation=90)
-    ax.set_yticks(range(len(target_pieces)), list(target_pieces))
-    ax.set_xlabel("source")
-    ax.set_ylabel("target")
-    if title:
-        ax.set_title(title)
-    figure.colorbar(image, ax=ax)
-    figure.tight_layout()
-    return figure

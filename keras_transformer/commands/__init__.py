@@ -14,4 +14,5 @@ SUMMARIES: dict[str, str] = {
     "evaluate": "Score a trained run on a test set: BLEU and chrF (translation), accuracy "
     "(tagging, classification) or perplexity (language modeling).",
     "average": "Average the weights of a run's last N epochs into its model.",
+    "plot": "Draw a run's figures as PNGs: positional encoding, masks, attention, training.",
 }

@@ -13,6 +13,10 @@ Public API:
   `MultiWorkerMirroredStrategy` and with XLA under `MirroredStrategy`.
 - `build_model`, `compile_model`, `make_datasets`, `train`, `TrainingResult`: a whole run.
 
+Modules used on their own: `bleu` (validation BLEU while training, `read_bleu_log`),
+`curves` (per-epoch curves from a History, TensorBoard events or `bleu.jsonl`, for
+`keras_transformer.plotting`).
+
 Example:
 
 ```python

@@ -1,4 +1,4 @@
-"""sacreBLEU on the validation split while training."""
+"""sacreBLEU on the validation split while training, and the log it writes (`bleu.jsonl`)."""
 
 from __future__ import annotations
 
@@ -139,3 +139,48 @@ class BleuCallback(keras.callbacks.Callback):
             self.best = bleu
             if self.best_weights_path:
                 self.model.save_weights(self.best_weights_path)
+
+
+# The fields of each line of a run's `bleu.jsonl` (`BleuCallback(log_path=...)`).
+BLEU_LOG_FIELDS = ("epoch", "step", "minutes", "bleu", "seconds_to_score", "signature")
+
+
+def read_bleu_log(path: str) -> list[dict]:
+    """Reads a `bleu.jsonl` written by `BleuCallback`: one record per scored epoch.
+
+    A resumed run appends to the file and may score an epoch again; the last record of
+    each epoch is kept.
+
+    Args:
+        path: the file (`RunPaths(run_dir).bleu_log`).
+
+    Returns:
+        The records (`BLEU_LOG_FIELDS`), sorted by epoch.
+
+    Raises:
+        FileNotFoundError: when there is no such file.
+        ValueError: naming the line that is not a record.
+
+    Example (not run as a doctest: it needs a run that scored BLEU):
+
+    ```python
+    records = read_bleu_log("runs/de-en/bleu.jsonl")
+    [(r["minutes"], r["bleu"]) for r in records]  # [(3.2, 12.41), (6.5, 20.02)]
+    ```
+    """
+    by_epoch: dict[int, dict] = {}
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                record = None
+            if not isinstance(record, dict) or not {"epoch", "minutes", "bleu"} <= set(record):
+                raise ValueError(
+                    f"Received an invalid line {number} in {path}: expected a JSON object with "
+                    f"the fields {BLEU_LOG_FIELDS}. Received: {line.strip()[:200]!r}"
+                )
+            by_epoch[int(record["epoch"])] = record
+    return [by_epoch[epoch] for epoch in sorted(by_epoch)]
