@@ -100,8 +100,26 @@ def remove(path: str) -> None:
 
 def rmtree(path: str) -> None:
     """Deletes the folder `path` with everything in it (nothing when it does not exist)."""
-    if exists(path):
+    import tensorflow as tf
+
+    if not exists(path):
+        return
+    try:
         _gfile().rmtree(path)
+    except tf.errors.NotFoundError:
+        # `ram://` lists `a.b/...` inside a sibling folder `a` too (its GetChildren matches
+        # name prefixes), so its recursive delete trips over a path it listed; delete what
+        # the walk finds, deepest first, skipping those.
+        walked = list(_gfile().walk(path))
+        for folder, _, names in reversed(walked):
+            for target in [f"{folder}/{name}" for name in names] + [folder]:
+                with contextlib.suppress(tf.errors.NotFoundError):
+                    if isdir(target):
+                        _gfile().rmtree(target)
+                    else:
+                        remove(target)
+        if exists(path):
+            raise
 
 
 def parent(path: str) -> str:
