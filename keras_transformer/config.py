@@ -20,6 +20,7 @@ from typing import Any
 
 import dacite
 
+from keras_transformer import storage
 from keras_transformer.constants import (
     DTYPE_POLICIES,
     JIT_COMPILE_OPTIONS,
@@ -370,11 +371,10 @@ def load_config(path: str | None = None, overrides: list[str] | None = None) -> 
     values: dict[str, Any] = {}
     if path is not None:
         resolved = _resolve_config_path(path)
-        with open(resolved, encoding="utf-8") as f:
-            try:
-                loaded = yaml.safe_load(f)
-            except yaml.YAMLError as e:
-                raise ValueError(f"Could not parse the config file {resolved}: {e}") from e
+        try:
+            loaded = yaml.safe_load(storage.read_text(resolved))
+        except yaml.YAMLError as e:
+            raise ValueError(f"Could not parse the config file {resolved}: {e}") from e
         if loaded is None:
             loaded = {}
         if not isinstance(loaded, dict):
@@ -403,12 +403,11 @@ def save_config(config: ExperimentConfig, path: str) -> None:
     """Writes `config` as YAML (as `load_config` reads it)."""
     import yaml
 
-    with open(path, "w", encoding="utf-8") as f:
-        yaml.safe_dump(config.to_dict(), f, sort_keys=False)
+    storage.write_text(path, yaml.safe_dump(config.to_dict(), sort_keys=False))
 
 
 def _resolve_config_path(path: str) -> str:
-    if os.path.exists(path):
+    if storage.exists(path):
         return path
     packaged = os.path.join(CONFIGS_DIR, f"{path}.yaml")
     if os.sep not in path and "/" not in path and os.path.exists(packaged):

@@ -30,10 +30,11 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from keras_transformer import storage
 
 logger = logging.getLogger(__name__)
 
@@ -187,15 +188,9 @@ def score_sentences(
     return rows
 
 
-def _open_for_writing(path: str):
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    return open(path, "w", encoding="utf-8")
-
-
 def write_hypotheses(path: str, hypotheses: Sequence[str]) -> str:
     """Writes one hypothesis per line (newlines inside a hypothesis become spaces)."""
-    with _open_for_writing(path) as f:
+    with storage.open_for_writing(path) as f:
         for hypothesis in hypotheses:
             f.write(" ".join(str(hypothesis).splitlines()) + "\n")
     logger.info("Wrote %d translations to %s", len(hypotheses), path)
@@ -216,7 +211,7 @@ def write_details(
     and the sentence-level scores of `metrics`."""
     streams = _reference_streams(references, len(hypotheses))
     rows = score_sentences(hypotheses, references, metrics, lowercase=lowercase, tokenize=tokenize)
-    with _open_for_writing(path) as f:
+    with storage.open_for_writing(path) as f:
         for i, (hypothesis, scores) in enumerate(zip(hypotheses, rows)):
             record: dict[str, Any] = {"index": i}
             if sources is not None:

@@ -5,7 +5,9 @@
 - into a hidden temporary folder beside the version folders first (TF Serving only picks up
   folders named by an integer), then renamed into place once complete and checked, so a
   server polling the base path never sees half a model, and a failed export leaves nothing
-  behind;
+  behind; on an object store (a `scheme://` base path such as `gs://`, where nothing
+  renames a folder atomically) into a local temporary folder, then copied file by file
+  with `saved_model.pb` last (`publish_saved_model`);
 - with the tokenizers' SentencePiece models inside the graph (tracked tf-text resources):
   nothing outside the version folder is needed;
 - with only ops that TF Serving's model server ships (`keras_transformer.serving.ops`).
@@ -30,12 +32,14 @@ import json
 import logging
 import os
 import shutil
+import tempfile
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import keras
 import tensorflow as tf
 
+from keras_transformer import storage
 from keras_transformer.translator import Translator
 from keras_transformer.validation import check_positive_int
 
@@ -43,12 +47,22 @@ logger = logging.getLogger(__name__)
 
 SIGNATURES = ("serving_default", "translate_nbest", "tokenize", "detokenize")
 _TMP_PREFIX = ".tmp-export-"
+# What a server needs last. TF Serving's file_system_storage_path_source.cc aspires every
+# child of the base path whose name parses as a number (`ParseVersionNumber`), whatever is
+# in it yet (on GCS `GetChildren` lists every object below, so a version folder exists as
+# soon as its first file does); its SavedModel loader (tensorflow/cc/saved_model/loader.cc,
+# reader.cc) fails without `saved_model.pb`/`.pbtxt` (`MaybeSavedModelDirectory` checks for
+# exactly those two), and TF Serving retries a failed load (retrier.cc,
+# `--max_num_load_retries`, `--load_retry_interval_micros`). Once the graph is there it
+# loads whatever variables it finds (tensorflow/serving#1086, tensorflow/tensorflow#20635:
+# a load that raced a copy served uninitialized variables), so the graph is copied last.
+SAVED_MODEL_GRAPH_FILES = ("saved_model.pb", "saved_model.pbtxt")
 
 
 def _version_dirs(model_dir: str) -> list[int]:
-    if not os.path.isdir(model_dir):
+    if not storage.isdir(model_dir):
         return []
-    return sorted(int(name) for name in os.listdir(model_dir) if name.isdigit())
+    return sorted(int(name) for name in storage.listdir(model_dir) if name.isdigit())
 
 
 def next_version(model_dir: str) -> int:
@@ -168,6 +182,7 @@ def publish_saved_model(
     info: dict,
     check_ops: bool = True,
     allowed_ops: Iterable[str] | None = None,
+    copy_file: Callable[[str, str], None] = storage.copy_file,
 ) -> str:
     """Writes a SavedModel of `endpoints` to `base_path/model_name/version`, atomically.
 
@@ -176,6 +191,12 @@ def publish_saved_model(
     ExportArchive` tracking `track` (models, tokenizers), `assets.extra/export_info.json`
     (`info` plus the versions and signature names), the TF Serving op check, then one
     rename into place; nothing is left behind on failure.
+
+    On an object store (`storage.is_object_store(base_path)`: `gs://`, `ram://`, ...) no
+    folder rename is atomic: the export is staged in a local temporary folder, then its
+    files are copied into the version folder with `saved_model.pb` last, so a server
+    polling the base path finds no graph until every variable is there. A copy that fails
+    removes the partial version folder, whose `saved_model.pb` was never written.
 
     Args:
         base_path: the parent of the model's folder.
@@ -186,6 +207,8 @@ def publish_saved_model(
         info: what `export_info.json` says about the model and its settings.
         check_ops: refuse ops that TF Serving does not ship, and XLA.
         allowed_ops: the allow-list for that check; defaults to the packaged one.
+        copy_file: `copy_file(local_file, destination_file)`, what copies each file to an
+            object store (`storage.copy_file`); a test may observe the order through it.
 
     Returns:
         The path of the published version folder.
@@ -200,15 +223,23 @@ def publish_saved_model(
         version = next_version(model_dir)
     check_positive_int("version", version)
     final_dir = os.path.join(model_dir, str(version))
-    if os.path.exists(final_dir):
+    if storage.exists(final_dir):
         raise ValueError(
             f"Received version={version}, but {final_dir!r} already exists; expected a new "
             f"version (the next free one is {next_version(model_dir)}). Exports are never "
             "overwritten."
         )
 
-    os.makedirs(model_dir, exist_ok=True)
-    tmp_dir = os.path.join(model_dir, f"{_TMP_PREFIX}{version}-{uuid.uuid4().hex[:8]}")
+    object_store = storage.is_object_store(model_dir)
+    if object_store:
+        staging = tempfile.mkdtemp(prefix=_TMP_PREFIX)
+        tmp_dir = os.path.join(staging, str(version))
+    else:
+        storage.makedirs(model_dir)
+        staging = tmp_dir = os.path.join(
+            model_dir, f"{_TMP_PREFIX}{version}-{uuid.uuid4().hex[:8]}"
+        )
+    copying = False
     try:
         archive = keras.export.ExportArchive()
         for resource in track:
@@ -224,10 +255,17 @@ def publish_saved_model(
             check_serving_ops(
                 tmp_dir, allowed=None if allowed_ops is None else frozenset(allowed_ops)
             )
-        os.rename(tmp_dir, final_dir)  # atomic on one file system
+        if object_store:
+            copying = True
+            storage.copy_tree(tmp_dir, final_dir, last=SAVED_MODEL_GRAPH_FILES, copy=copy_file)
+        else:
+            os.rename(tmp_dir, final_dir)  # atomic on one file system
     except BaseException:
-        shutil.rmtree(tmp_dir, ignore_errors=True)
+        if copying:
+            storage.rmtree(final_dir)
         raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)  # always a local folder
     logger.info("Exported version %d of %r to %s", version, model_name, final_dir)
     return final_dir
 
@@ -243,7 +281,6 @@ def _write_export_info(export_dir: str, version: int, signatures: list[str], inf
         "signatures": signatures,
         **info,
     }
-    extra = os.path.join(export_dir, "assets.extra")
-    os.makedirs(extra, exist_ok=True)
-    with open(os.path.join(extra, "export_info.json"), "w", encoding="utf-8") as f:
-        json.dump(info, f, indent=2)
+    storage.write_text(
+        os.path.join(export_dir, "assets.extra", "export_info.json"), json.dumps(info, indent=2)
+    )

@@ -13,12 +13,16 @@ RUN_DIR/
 
 A tagging, classification or language-modelling run (`task` in `config.yaml`) has one
 tokenizer, saved as both `tokenizers/source` and `tokenizers/target`.
+
+`root` may be any path `keras_transformer.storage` reads (`gs://bucket/runs/a`).
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+
+from keras_transformer import storage
 
 
 @dataclass(frozen=True)
@@ -70,10 +74,9 @@ def trained_with_source_eos(root: str) -> bool:
     import yaml
 
     path = RunPaths(root).config
-    if not os.path.exists(path):
+    if not storage.exists(path):
         return False
-    with open(path, encoding="utf-8") as f:
-        config = yaml.safe_load(f) or {}
+    config = yaml.safe_load(storage.read_text(path)) or {}
     return bool((config.get("data") or {}).get("source_eos", False))
 
 
@@ -83,10 +86,9 @@ def run_task(root: str) -> str:
     import yaml
 
     path = RunPaths(root).config
-    if not os.path.exists(path):
+    if not storage.exists(path):
         return "translation"
-    with open(path, encoding="utf-8") as f:
-        return (yaml.safe_load(f) or {}).get("task", "translation")
+    return (yaml.safe_load(storage.read_text(path)) or {}).get("task", "translation")
 
 
 def load_run(root: str):
@@ -101,7 +103,7 @@ def load_run(root: str):
 
     paths = RunPaths(root)
     for required in (paths.model, paths.source_tokenizer, paths.target_tokenizer):
-        if not os.path.exists(required):
+        if not storage.exists(required):
             raise FileNotFoundError(
                 f"Received an incomplete run directory {root!r}: expected {required!r} to "
                 "exist (see keras_transformer.run_dir for the layout)."

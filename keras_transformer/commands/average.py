@@ -8,6 +8,8 @@ import logging
 import os
 import sys
 
+from keras_transformer import storage
+
 logger = logging.getLogger(__name__)
 
 
@@ -53,12 +55,14 @@ def run(args: argparse.Namespace) -> int:
     tmp = f"{output}.tmp-{os.getpid()}.keras"
     try:
         model.save(tmp)
-        os.replace(tmp, output)  # never a half-written model at `output`
+        storage.replace(tmp, output)  # never a half-written model at `output`
     finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-    with open(os.path.join(paths.root, "averaged.json"), "w", encoding="utf-8") as f:
-        json.dump({"output": output, "checkpoints": files[-args.last :]}, f, indent=2)
+        if storage.exists(tmp):
+            storage.remove(tmp)
+    storage.write_text(
+        os.path.join(paths.root, "averaged.json"),
+        json.dumps({"output": output, "checkpoints": files[-args.last :]}, indent=2),
+    )
     sys.stdout.write(
         f"{output}: the average of {', '.join(map(os.path.basename, files[-args.last :]))}\n"
     )

@@ -24,8 +24,8 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 
+from keras_transformer import storage
 from keras_transformer.commands.decoding_options import (
     add_decoding_arguments,
     translator_from_args,
@@ -79,7 +79,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _read_file(path: str) -> list[str]:
-    with open(path, encoding="utf-8") as f:
+    with storage.open_file(path) as f:
         return [line.rstrip("\n").rstrip("\r") for line in f]
 
 
@@ -130,9 +130,8 @@ def evaluate_task_run(args: argparse.Namespace) -> int:
     )
     print(result.format())  # noqa: T201 - the command's output
     if args.scores_json:
-        os.makedirs(os.path.dirname(os.path.abspath(args.scores_json)), exist_ok=True)
-        with open(args.scores_json, "w", encoding="utf-8") as f:
-            json.dump({**result.to_dict(), "run_dir": args.run_dir}, f, indent=2)
+        summary = {**result.to_dict(), "run_dir": args.run_dir}
+        storage.write_text(args.scores_json, json.dumps(summary, indent=2))
     return 0
 
 
@@ -163,7 +162,6 @@ def run(args: argparse.Namespace) -> int:
     )
     print(result.format())  # noqa: T201 - the command's output
     if args.scores_json:
-        os.makedirs(os.path.dirname(os.path.abspath(args.scores_json)), exist_ok=True)
         summary = result.to_dict()
         summary.update(
             {
@@ -174,6 +172,5 @@ def run(args: argparse.Namespace) -> int:
                 "length_penalty": translator.length_penalty,
             }
         )
-        with open(args.scores_json, "w", encoding="utf-8") as f:
-            json.dump(summary, f, indent=2)
+        storage.write_text(args.scores_json, json.dumps(summary, indent=2))
     return 0

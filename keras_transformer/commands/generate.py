@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from keras_transformer import storage
 from keras_transformer.commands.decoding_options import add_decoding_arguments, decoding_kwargs
 from keras_transformer.commands.translate import _read_lines
 
@@ -55,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
         args.run_dir, max_new_tokens=args.max_new_tokens, **decoding_kwargs(args)
     )
     results = generator.generate_nbest(prompts, n=args.nbest or 1)
-    out = sys.stdout if args.output in (None, "-") else open(args.output, "w", encoding="utf-8")  # noqa: SIM115
+    out = sys.stdout if args.output in (None, "-") else storage.open_for_writing(args.output)
     try:
         for index, (prompt, hypotheses) in enumerate(zip(prompts, results)):
             for text, score in hypotheses:

@@ -23,6 +23,8 @@ import logging
 import os
 import sys
 
+from keras_transformer import storage
+
 logger = logging.getLogger(__name__)
 
 # A Multi30k validation sentence (German), for runs trained on Multi30k de->en.
@@ -86,7 +88,7 @@ def _figures(args: argparse.Namespace) -> dict:
 
     paths = RunPaths(args.run_dir)
     curves = read_run_curves(args.run_dir)
-    records = read_bleu_log(paths.bleu_log) if os.path.exists(paths.bleu_log) else []
+    records = read_bleu_log(paths.bleu_log) if storage.exists(paths.bleu_log) else []
     translator = Translator.from_run_dir(args.run_dir, beam_size=args.beam_size, jit_compile=False)
     source, target, weights = translation_attention(translator, args.sentence)
 
@@ -110,13 +112,14 @@ def _figures(args: argparse.Namespace) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    if not os.path.isdir(args.run_dir):
+    if not storage.isdir(args.run_dir):
         raise FileNotFoundError(f"Received RUN_DIR {args.run_dir!r}, which is not a directory.")
     figures = _figures(args)  # a bad run raises before any file is written
     out = args.out or os.path.join(args.run_dir, "plots")
-    os.makedirs(out, exist_ok=True)
+    storage.makedirs(out)
     for name, figure in figures.items():
         path = os.path.join(out, f"{name}.png")
-        figure.savefig(path, dpi=100)
+        with storage.open_file(path, "wb") as f:
+            figure.savefig(f, format="png", dpi=100)
         sys.stdout.write(path + "\n")
     return 0

@@ -17,6 +17,7 @@ import logging
 import sys
 from collections.abc import Iterator
 
+from keras_transformer import storage
 from keras_transformer.commands.decoding_options import (
     add_decoding_arguments,
     translator_from_args,
@@ -43,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _read_lines(path: str | None) -> Iterator[str]:
-    stream = sys.stdin if path in (None, "-") else open(path, encoding="utf-8")  # noqa: SIM115
+    stream = sys.stdin if path in (None, "-") else storage.open_file(path)
     try:
         for line in stream:
             yield line.rstrip("\n").rstrip("\r")
@@ -58,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     sentences = list(args.sentences) if args.sentences else list(_read_lines(args.input))
     translator = translator_from_args(args)
-    out = sys.stdout if args.output in (None, "-") else open(args.output, "w", encoding="utf-8")  # noqa: SIM115
+    out = sys.stdout if args.output in (None, "-") else storage.open_for_writing(args.output)
     try:
         if args.nbest:
             results = translator.translate_nbest(sentences, n=args.nbest, progress=args.progress)

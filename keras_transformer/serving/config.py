@@ -20,6 +20,7 @@ from typing import Any
 
 from google.protobuf import text_format
 
+from keras_transformer import storage
 from keras_transformer.serving.batching_proto import BatchingParameters
 
 TENSORFLOW_PLATFORM = "tensorflow"
@@ -70,8 +71,7 @@ def parse_text_file(path: str | os.PathLike[str], message: Any) -> tuple[Any, st
     """
     path = os.fspath(path)
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+        text = storage.read_text(path)
     except OSError as e:
         raise ConfigError(f"{path}: cannot read the file: {e}") from None
     try:

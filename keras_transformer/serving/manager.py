@@ -16,6 +16,7 @@ import os
 import threading
 from collections.abc import Iterable
 
+from keras_transformer import storage
 from keras_transformer.serving.batcher import BatchScheduler
 from keras_transformer.serving.config import BatchOptions, ModelConfig
 from keras_transformer.serving.errors import code_name_of, invalid, not_found
@@ -83,14 +84,14 @@ class ModelManager:
     def _version_dirs(self) -> dict[int, str]:
         base = self.config.base_path
         try:
-            entries = os.listdir(base)
+            entries = storage.listdir(base)
         except OSError as e:
             logger.warning("model %s: cannot list base path %s: %s", self.name, base, e)
             return {}
         found = {}
         for entry in entries:
             path = os.path.join(base, entry)
-            if entry.isdigit() and os.path.isdir(path) and is_complete_saved_model(path):
+            if entry.isdigit() and storage.isdir(path) and is_complete_saved_model(path):
                 found[int(entry)] = path
         return found
 

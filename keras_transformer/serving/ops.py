@@ -27,6 +27,8 @@ import sys
 from collections.abc import Iterable, Sequence
 from importlib import resources
 
+from keras_transformer import storage
+
 ALLOWED_OPS_FILE = "allowed_ops.txt"
 XLA_OPS_FILE = "xla_ops.txt"
 # Attributes with which TF marks a function (or a call node) for XLA compilation.
@@ -45,8 +47,7 @@ def _load_op_list(path: str | os.PathLike[str] | None, packaged: str) -> frozens
     if path is None:
         text = resources.files(__package__).joinpath(packaged).read_text("utf-8")
     else:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+        text = storage.read_text(os.fspath(path))
     return frozenset(
         line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")
     )
@@ -66,10 +67,10 @@ def _read_saved_model(saved_model_dir: str | os.PathLike[str]):
     from tensorflow.core.protobuf import saved_model_pb2
 
     pb_path = os.path.join(os.fspath(saved_model_dir), "saved_model.pb")
-    if not os.path.isfile(pb_path):
+    if not storage.exists(pb_path):
         raise FileNotFoundError(f"No saved_model.pb in {os.fspath(saved_model_dir)!r}")
     saved_model = saved_model_pb2.SavedModel()
-    with open(pb_path, "rb") as f:
+    with storage.open_file(pb_path, "rb") as f:
         saved_model.ParseFromString(f.read())
     return saved_model
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from keras_transformer import storage
 from keras_transformer.serving.errors import ServingStatusError, code_name_of, invalid
 from keras_transformer.serving.ops import XLA_FLAG, xla_requirements
 
@@ -50,7 +51,7 @@ class SessionOptions:
 def is_complete_saved_model(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` holds a ``saved_model.pb`` (or ``.pbtxt``): a version to load."""
     return any(
-        os.path.isfile(os.path.join(path, name)) for name in ("saved_model.pb", "saved_model.pbtxt")
+        storage.exists(os.path.join(path, name)) for name in ("saved_model.pb", "saved_model.pbtxt")
     )
 
 

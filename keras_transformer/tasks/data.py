@@ -7,6 +7,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from keras_transformer import storage
 from keras_transformer.data.task_sources import (
     TaskData,
     load_classification_data,
@@ -92,18 +93,17 @@ def write_labels(run_dir: str, labels: tuple[str, ...]) -> str:
                 f"Received: {label!r}"
             )
     path = os.path.join(run_dir, LABELS_FILENAME)
-    with open(path, "w", encoding="utf-8") as f:
-        f.write("".join(f"{label}\n" for label in labels))
+    storage.write_text(path, "".join(f"{label}\n" for label in labels))
     return path
 
 
 def read_labels(run_dir: str) -> tuple[str, ...]:
     """The label names of a tagging or classification run (`run_dir/labels.txt`)."""
     path = os.path.join(run_dir, LABELS_FILENAME)
-    if not os.path.exists(path):
+    if not storage.exists(path):
         raise FileNotFoundError(
             f"Received an incomplete run directory {run_dir!r}: expected {path!r} (the label "
             "names of a tagging or classification run) to exist."
         )
-    with open(path, encoding="utf-8") as f:
-        return tuple(line.rstrip("\n") for line in f if line.rstrip("\n"))
+    lines = storage.read_text(path).split("\n")
+    return tuple(line for line in lines if line)

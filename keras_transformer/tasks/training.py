@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import time
 from typing import Any
 
 import keras
 import tensorflow as tf
 
+from keras_transformer import storage
 from keras_transformer.config import save_config
 from keras_transformer.run_dir import RunPaths
 from keras_transformer.tasks.data import (
@@ -108,7 +108,7 @@ def train_task(
     config.validate()
     t, d = config.training, config.data
     paths = RunPaths(run_dir or t.run_dir)
-    os.makedirs(paths.root, exist_ok=True)
+    storage.makedirs(paths.root)
     keras.utils.set_random_seed(t.seed)
     if strategy is None:
         strategy = make_strategy(t.strategy, t.devices)
@@ -198,6 +198,7 @@ def train_task(
         files = epoch_weight_files(paths.checkpoints + suffix)[-t.average_last :]
         average_weights(model, files)
     if chief:
+        storage.clear_for_rewrite(paths.model)
         model.to_plain().save(paths.model)
         logger.info("Saved the trained model to %s.", paths.model)
     return TrainingResult(history=history, model=model, paths=paths)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from collections.abc import Sequence
 
 import keras
 
+from keras_transformer import storage
 from keras_transformer.validation import check_positive_int
 
 logger = logging.getLogger(__name__)
@@ -132,12 +132,11 @@ class BleuCallback(keras.callbacks.Callback):
         self.scores.append(record)
         logger.info("Epoch %d: validation BLEU %.2f (%s)", epoch + 1, bleu, signature)
         if self.log_path:
-            os.makedirs(os.path.dirname(self.log_path) or ".", exist_ok=True)
-            with open(self.log_path, "a", encoding="utf-8") as f:
-                f.write(json.dumps(record) + "\n")
+            storage.append_text(self.log_path, json.dumps(record) + "\n")
         if self.best is None or bleu > self.best:
             self.best = bleu
             if self.best_weights_path:
+                storage.clear_for_rewrite(self.best_weights_path)
                 self.model.save_weights(self.best_weights_path)
 
 
@@ -169,7 +168,7 @@ def read_bleu_log(path: str) -> list[dict]:
     ```
     """
     by_epoch: dict[int, dict] = {}
-    with open(path, encoding="utf-8") as f:
+    with storage.open_file(path) as f:
         for number, line in enumerate(f, 1):
             if not line.strip():
                 continue

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import glob
 import logging
 import os
 import re
@@ -10,6 +9,7 @@ import time
 
 import keras
 
+from keras_transformer import storage
 from keras_transformer.validation import check_positive_float, check_positive_int
 
 logger = logging.getLogger(__name__)
@@ -136,17 +136,17 @@ class EpochWeights(keras.callbacks.Callback):
         self.keep = check_positive_int("keep", keep)
 
     def on_epoch_end(self, epoch, logs=None):
-        os.makedirs(self.directory, exist_ok=True)
+        storage.makedirs(self.directory)
         path = os.path.join(self.directory, EPOCH_WEIGHTS_PATTERN.format(epoch=epoch + 1))
         self.model.save_weights(path)
         for old in epoch_weight_files(self.directory)[: -self.keep]:
-            os.remove(old)
+            storage.remove(old)
 
 
 def epoch_weight_files(directory: str) -> list[str]:
     """The `epoch-NNN.weights.h5` files of `directory`, oldest first."""
     found = []
-    for path in glob.glob(os.path.join(directory, "epoch-*.weights.h5")):
+    for path in storage.glob(os.path.join(directory, "epoch-*.weights.h5")):
         match = _EPOCH_WEIGHTS_RE.search(os.path.basename(path))
         if match:
             found.append((int(match.group(1)), path))

@@ -9,6 +9,7 @@ import os
 
 import keras
 
+from keras_transformer import storage
 from keras_transformer.compat import finalize_ema_values, set_initial_epoch
 from keras_transformer.validation import check_positive_int
 
@@ -64,10 +65,9 @@ class ResumableBackupAndRestore(keras.callbacks.BackupAndRestore):
 
     def on_train_begin(self, logs=None):
         super().on_train_begin(logs)
-        if not os.path.exists(self._state_path):
+        if not storage.exists(self._state_path):
             return
-        with open(self._state_path) as f:
-            state = json.load(f)
+        state = json.loads(storage.read_text(self._state_path))
         epoch, steps = int(state["epoch"]), int(state["steps"])
         self.restored_epoch, self.restored_steps = epoch, steps
         if self.steps_per_epoch and steps >= self.steps_per_epoch:
@@ -105,9 +105,13 @@ class ResumableBackupAndRestore(keras.callbacks.BackupAndRestore):
             self._save_model()
 
     def _save_model(self):
+        for path in (self._weights_path, self._training_metadata_path):
+            storage.clear_for_rewrite(path)  # Keras overwrites them (ram:// would append)
         super()._save_model()
-        with open(self._state_path, "w") as f:
-            json.dump({"epoch": self._current_epoch, "steps": self._steps_done}, f)
+        storage.write_text(
+            self._state_path,
+            json.dumps({"epoch": self._current_epoch, "steps": self._steps_done}),
+        )
 
 
 def tensorboard_available() -> bool:
@@ -201,7 +205,7 @@ def make_callbacks(
     if max_minutes is not None:
         callbacks.append(TimeBudget(max_minutes, start))
     if checkpoint_dir:
-        os.makedirs(checkpoint_dir, exist_ok=True)
+        storage.makedirs(checkpoint_dir)
         if keep_epoch_weights:
             callbacks.append(EpochWeights(checkpoint_dir, keep=keep_epoch_weights))
         callbacks.append(

@@ -26,6 +26,8 @@ import os
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+from keras_transformer import storage
+
 logger = logging.getLogger(__name__)
 
 # TensorBoard's sub-folders (as `keras.callbacks.TensorBoard` names them) -> key prefix.
@@ -130,7 +132,7 @@ def read_tensorboard_curves(log_dir: str) -> dict[str, Curve]:
     curves: dict[str, Curve] = {}
     for folder, prefix in TENSORBOARD_FOLDERS.items():
         path = os.path.join(log_dir, folder)
-        if not os.path.isdir(path):
+        if not storage.isdir(path):
             continue
         accumulator = EventAccumulator(path, size_guidance={TENSORS: 0})
         accumulator.Reload()
@@ -167,7 +169,7 @@ def read_run_curves(run_dir: str) -> dict[str, Curve]:
 
     paths = RunPaths(run_dir)
     curves = read_tensorboard_curves(paths.logs)
-    if "val_bleu" not in curves and os.path.exists(paths.bleu_log):
+    if "val_bleu" not in curves and storage.exists(paths.bleu_log):
         records = read_bleu_log(paths.bleu_log)
         if records:
             curves["val_bleu"] = Curve(

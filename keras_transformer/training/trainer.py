@@ -20,6 +20,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_transformer import storage
 from keras_transformer.config import ExperimentConfig, save_config
 from keras_transformer.model_config import TransformerConfig
 from keras_transformer.models.transformer import Transformer
@@ -38,6 +39,7 @@ from keras_transformer.training.strategies import (
     resolve_jit_compile,
     worker_id,
 )
+from keras_transformer.training.tokenizer_files import load_or_train_tokenizers
 
 logger = logging.getLogger(__name__)
 
@@ -229,47 +231,6 @@ def load_pairs(config: ExperimentConfig, split: str, validation: bool = False):
     return pairs.take(limit) if limit else pairs
 
 
-def load_or_train_tokenizers(
-    config: ExperimentConfig, paths: RunPaths, train_pairs, strategy, **train_kwargs: Any
-):
-    """Loads the run's tokenizers, or trains them on `train_pairs` and saves them.
-
-    Under multi-worker training the chief trains and saves them; the other workers wait
-    for the files (the run directory must be shared). `train_kwargs` go to
-    `train_sentencepiece`.
-    """
-    from keras_transformer.tokenization import MODEL_FILENAME, SubwordTokenizer, train_tokenizers
-
-    source_file = os.path.join(paths.source_tokenizer, MODEL_FILENAME)
-    target_file = os.path.join(paths.target_tokenizer, MODEL_FILENAME)
-    if not (os.path.exists(source_file) and os.path.exists(target_file)):
-        if is_chief(strategy):
-            d = config.data
-            logger.info("Training the tokenizers (vocab_size=%d).", d.vocab_size)
-            source, target = train_tokenizers(
-                train_pairs,
-                d.vocab_size,
-                shared=d.shared_vocab,
-                model_type=d.tokenizer_model_type,
-                max_sentences=d.tokenizer_max_sentences,
-                seed=config.training.seed,
-                **train_kwargs,
-            )
-            source.save(paths.source_tokenizer)
-            target.save(paths.target_tokenizer)
-        else:
-            deadline = time.monotonic() + 3600
-            while not (os.path.exists(source_file) and os.path.exists(target_file)):
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"No tokenizers appeared in {paths.root} in an hour.")
-                time.sleep(2)
-    else:
-        logger.info("Reusing the tokenizers of %s.", paths.root)
-    return SubwordTokenizer.load(paths.source_tokenizer), SubwordTokenizer.load(
-        paths.target_tokenizer
-    )
-
-
 def make_datasets(config: ExperimentConfig, train_pairs, validation_pairs, tokenizers):
     """Batched training (repeated when `steps_per_epoch` is set) and validation datasets."""
     from keras_transformer.data import default_bucket_lengths, make_batches
@@ -351,7 +312,7 @@ def train(
     config.validate()
     t = config.training
     paths = RunPaths(run_dir or t.run_dir)
-    os.makedirs(paths.root, exist_ok=True)
+    storage.makedirs(paths.root)
     keras.utils.set_random_seed(t.seed)
     if strategy is None:
         strategy = make_strategy(t.strategy, t.devices)
@@ -406,7 +367,9 @@ def train(
         model.per_replica_jit_compile,
     )
 
-    # Non-chief workers keep their backups and checkpoints apart from the chief's.
+    # Non-chief workers keep their backups, checkpoints and logs apart from the chief's, in
+    # the run directory (a bucket too): Keras 3's BackupAndRestore writes where it is told on
+    # every worker (tf.keras 2 sent non-chiefs to temporary folders of their own).
     suffix = "" if chief else f"_worker{worker_id(strategy)}"
     bleu = None
     if t.bleu_every and validation_pairs is not None:
@@ -442,6 +405,7 @@ def train(
         files = epoch_weight_files(paths.checkpoints + suffix)[-t.average_last :]
         average_weights(model, files)
     if chief:
+        storage.clear_for_rewrite(paths.model)
         model.to_transformer().save(paths.model)
         logger.info(
             "Saved the trained model to %s after %.1f minutes.",
