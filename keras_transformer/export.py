@@ -47,7 +47,7 @@ logger = logging.getLogger(__name__)
 
 SIGNATURES = ("serving_default", "translate_nbest", "tokenize", "detokenize")
 _TMP_PREFIX = ".tmp-export-"
-# What a server needs last. TF Serving's file_system_storage_path_source.cc aspires every
+# What a server needs last. TF Serving's file_system_storage_path_source.cc picks up every
 # child of the base path whose name parses as a number (`ParseVersionNumber`), whatever is
 # in it yet (on GCS `GetChildren` lists every object below, so a version folder exists as
 # soon as its first file does); its SavedModel loader (tensorflow/cc/saved_model/loader.cc,
