@@ -22,11 +22,11 @@ target and the pre-softmax projection; `--set model.x=...` changes it for all th
 Before timing, the weights of ours are copied into the other two and the logits of one batch
 (dropout off) are compared, and the parameter counts are printed. Then the three models
 train on one list of batches: the package's tf.data pipeline (`make_datasets`: length
-buckets of `data.batch_size` sentences, shuffled) materialized once as numpy
-`((source_ids, target_in), target_out)` int32, 0 = pad. The first `--warmup` batches are
-warm-up (tracing, allocation), timed apart; the next `--steps` are measured: target
-tokens/s (real, non-pad tokens of `target_out`), ms/step (mean and median), and the ratios
-ours/PyTorch (target: >= 1.3x) and ours/KerasHub (target: > 1x).
+buckets of `data.batch_size` sentences or `data.tokens_per_batch` tokens, shuffled)
+materialized once as numpy `((source_ids, target_in), target_out)` int32, 0 = pad. The
+first `--warmup` batches are warm-up (tracing, allocation), timed apart; the next
+`--steps` are measured: target tokens/s (real, non-pad tokens of `target_out`), ms/step
+(mean and median), and the ratios ours/PyTorch (target: >= 1.3x) and ours/KerasHub (target: > 1x).
 
 Model FLOP utilization. The matmul throughput of this machine is measured in fp32 with
 `--matmul-size`^2 square matmuls (`tf.linalg.matmul`, and `torch.matmul` for the PyTorch
@@ -54,9 +54,9 @@ Memory: ours in a fresh subprocess each with `model.remat=false` and `model.rema
 (`keras.RematScope` over the encoder/decoder layers), `--memory-steps` training steps
 (`train_on_batch`) on fixed-length (longest-shape) batches; prints peak RSS (`ru_maxrss`)
 after build and after the steps, the increase during training, and the ratios remat/no-remat.
-When a variant's training step fails (with Keras 3.15 / TF 2.21, remat fails inside
-`tf.function`: `tf.recompute_grad` takes no keyword arguments in graph mode), the error is
-printed and both variants are measured again with `run_eagerly=True`.
+Both run inside `tf.function`, as `fit` does (`BlockBase.rematerialized_call`); should a
+variant's training step fail, the error is printed and both variants are measured again with
+`run_eagerly=True`.
 
 Contention: the "others" columns give the cores that other processes kept busy during each
 measurement (from /proc/stat minus this process' CPU time); above 0.25 a warning says the
@@ -108,6 +108,13 @@ from keras_transformer.training import (  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXTRA_HINT = 'install the benchmark extra: pip install -e ".[bench]"'
 Batch = tuple[tuple[np.ndarray, np.ndarray], np.ndarray]
+
+
+def batching(data) -> str:
+    """The batch size as the config states it."""
+    if data.batch_size:
+        return f"{data.batch_size} sentences"
+    return f"~{data.tokens_per_batch} target tokens"
 
 
 # Optional dependencies.
@@ -882,7 +889,7 @@ def main() -> None:
         f"model: {arch.encoder_layers}+{arch.decoder_layers} layers, d_model {arch.d_model}, "
         f"d_ff {arch.d_ff}, {arch.num_heads} heads, dropout {arch.dropout} (attention "
         f"{arch.attention_dropout}), {'pre' if arch.norm_first else 'post'}-norm, shared vocab "
-        f"{vocab}; batches of {d.batch_size} sentences, length-bucketed; {len(batches)} batches "
+        f"{vocab}; batches of {batching(d)}, length-bucketed; {len(batches)} batches "
         f"({args.warmup} warm-up + {args.steps} measured) loaded in "
         f"{time.perf_counter() - start:.1f}s"
     )
@@ -1080,8 +1087,8 @@ def main() -> None:
         ]
         print(
             f"\npeak RSS of ours, fresh process each, {args.memory_steps} training steps "
-            f"(train_on_batch) on {d.max_source_length} x {d.max_target_length} batches of "
-            f"{d.batch_size} sentences:"
+            f"(train_on_batch) on the measured batches of {batching(d)} padded to "
+            f"{d.max_source_length} x {d.max_target_length}:"
         )
         if not print_memory(measure_memory(args, memory_batches, vocab, eager=False)):
             print("the same in eager mode (run_eagerly=True), where remat runs:")

@@ -43,7 +43,8 @@ keras-transformer train --config multi30k_de_en --run-dir "$RUN_DIR" \
   --set data.vocab_size=4000 --set data.batch_size=64 \
   --set data.max_source_length=40 --set data.max_target_length=40 \
   --set training.epochs="$EPOCHS" --set training.warmup_steps=400 \
-  --set training.learning_rate_scale=2.0 --set training.verbose=2
+  --set training.learning_rate_scale=2.0 --set training.bleu_every=null \
+  --set training.verbose=2
 
 echo "== 2/5 export -> $EXPORT_DIR/transformer/<version>"
 VERSION_DIR=$(keras-transformer export "$RUN_DIR" --base-path "$EXPORT_DIR" \

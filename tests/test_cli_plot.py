@@ -14,6 +14,7 @@ from PIL import Image
 from plot_files import PLOTS_DIR
 
 from keras_transformer.cli import main
+from keras_transformer.config import load_config
 from keras_transformer.run_dir import RunPaths
 from keras_transformer.training.bleu import read_bleu_log
 from keras_transformer.training.curves import read_run_curves
@@ -72,6 +73,7 @@ def _train_args(run_dir, multi30k_dir, tfds_dir):
         "training.steps_per_epoch=4",
         "training.validation_steps=1",
         "training.warmup_steps=4",
+        "training.lr_decay=inverse_sqrt",  # the curve the test recomputes
         "training.bleu_every=2",
         "training.bleu_max_sentences=8",
         "training.verbose=0",
@@ -100,7 +102,8 @@ def test_plot_writes_the_figures_of_a_trained_run(tmp_path, multi30k_dir, capsys
     np.testing.assert_allclose(curves["val_bleu"].values, [r["bleu"] for r in records], atol=0.01)
     # The rate logged at an epoch's end is the schedule at the optimizer's step count then
     # (4, 8, 12): past the 4-step warm-up, decaying.
-    schedule = TransformerSchedule(32, warmup_steps=4)
+    t = load_config(RunPaths(run_dir).config).training
+    schedule = TransformerSchedule(32, warmup_steps=4, scale=t.learning_rate_scale)
     expected = [float(schedule(step)) for step in (4, 8, 12)]
     np.testing.assert_allclose(curves["learning_rate"].values, expected, rtol=1e-5)
     assert expected[0] > expected[1] > expected[2]

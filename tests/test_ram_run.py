@@ -49,6 +49,7 @@ def _config(run_dir, multi30k_dir, tfds_dir):
         "model.d_ff=64",
         f"training.epochs={EPOCHS}",
         f"training.steps_per_epoch={STEPS}",
+        "training.warmup_steps=2",  # the recipe's linear decay needs more steps than warmup
         "training.validation_steps=1",
         "training.backup_freq=2",
         "training.verbose=0",

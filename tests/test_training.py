@@ -223,7 +223,7 @@ def test_load_config_packaged_and_overrides(tmp_path):
         ("training.strategy=tpu", r"`training.strategy`, expected one of"),
         ("training.jit_compile=maybe", r"`training.jit_compile`, expected one of"),
         ("training.dtype_policy=float16", r"`training.dtype_policy`"),
-        ("data.batch_size=null", r"exactly one of `data.batch_size`"),
+        ("data.tokens_per_batch=null", r"exactly one of `data.batch_size`"),
         ("data.max_source_length=1000", r"model.max_length"),
         ("training.epochs", r"expected `section.key=value`"),
         ("training.epochs.x=1", r"'epochs' is not a section"),
@@ -233,6 +233,15 @@ def test_load_config_packaged_and_overrides(tmp_path):
 def test_bad_config_values_raise_clear_errors(override, message):
     with pytest.raises(ValueError, match=message):
         load_config("multi30k_de_en", [override])
+
+
+def test_an_override_of_one_batch_size_replaces_the_other():
+    data = load_config("multi30k_de_en").data
+    assert (data.batch_size, data.tokens_per_batch) == (None, 4096)
+    data = load_config("multi30k_de_en", ["data.batch_size=32"]).data
+    assert (data.batch_size, data.tokens_per_batch) == (32, None)
+    data = load_config("multi30k_de_en", ["data.batch_size=32", "data.tokens_per_batch=2048"]).data
+    assert (data.batch_size, data.tokens_per_batch) == (None, 2048)
 
 
 def test_config_file_errors(tmp_path):
