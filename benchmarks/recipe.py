@@ -43,8 +43,8 @@ def read(directory: str, name: str) -> list[str]:
         return f.read().rstrip("\n").split("\n")
 
 
-def real_target_tokens_per_epoch(config, run_dir: str) -> int:
-    """Real (non-pad) target tokens in one epoch of the run's training batches."""
+def real_target_tokens_per_step(config, run_dir: str) -> float:
+    """Real (non-pad) target tokens per training step, averaged over one epoch."""
     from keras_transformer.training.trainer import (
         load_or_train_tokenizers,
         load_pairs,
@@ -56,7 +56,11 @@ def real_target_tokens_per_epoch(config, run_dir: str) -> int:
         config, RunPaths(run_dir), pairs, tf.distribute.get_strategy()
     )
     data, _ = make_datasets(config, pairs, None, tokenizers)
-    return int(data.reduce(tf.constant(0, tf.int64), lambda n, b: n + tf.math.count_nonzero(b[1])))
+    steps, tokens = data.reduce(
+        (tf.constant(0, tf.int64), tf.constant(0, tf.int64)),
+        lambda state, batch: (state[0] + 1, state[1] + tf.math.count_nonzero(batch[1])),
+    )
+    return int(tokens) / int(steps)
 
 
 def main() -> None:
@@ -93,8 +97,8 @@ def main() -> None:
             epochs, steps = records[-1]["epoch"], records[-1]["step"]
             minutes = minutes or records[-1]["minutes"]
     tokens_per_second = None
-    if minutes and epochs:
-        tokens = real_target_tokens_per_epoch(config, args.run_dir) * epochs
+    if minutes and steps:  # the last epoch may stop early (the time budget): count steps
+        tokens = real_target_tokens_per_step(config, args.run_dir) * steps
         tokens_per_second = tokens / (minutes * 60)
 
     results = {}
