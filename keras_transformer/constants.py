@@ -33,13 +33,13 @@ LR_DECAYS = ("inverse_sqrt", "linear", "cosine")
 
 # Decoding (`decoding.BatchDecoder`, the `translate`/`evaluate`/`export` commands).
 DECODING_METHODS = ("greedy", "beam", "sample")
-# Translation's decoding defaults (`decoding.BatchDecoder`, `Translator`, the CLI, exports),
-# chosen on Multi30k's validation split with the packaged recipe's model (README, Results):
-# the GNMT length penalty of beam search, and each sentence's length limit
-# `a * source_length + b` (1.0 and 50 let a model that fails to stop run 50 tokens on).
-DEFAULT_LENGTH_PENALTY = 1.0
-DEFAULT_MAX_LENGTH_A = 1.2
-DEFAULT_MAX_LENGTH_B = 10
+# Translation's decoding defaults (`Translator`, so the `translate`/`evaluate`/`export`
+# commands and exports; `decoding.BatchDecoder` itself keeps generic ones, as a language
+# model's `max_length_b` counts new tokens at `max_length_a=1`), chosen on Multi30k's
+# validation split with the packaged recipe's model (README, Results): the GNMT length
+# penalty of beam search, and each sentence's limit `a * source_length + b` (1.0 and 50 let
+# a model that fails to stop run 50 tokens on).
+TRANSLATION_DECODING_DEFAULTS = {"length_penalty": 1.0, "max_length_a": 1.2, "max_length_b": 10}
 
 # Encoder-only models (`TransformerEncoderModel(pooling=...)`): a per-token head when None,
 # else a sequence head over the mean of the real tokens or over the first token.

@@ -30,6 +30,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer import decoding as decoding_module
+from keras_transformer.constants import TRANSLATION_DECODING_DEFAULTS
 from keras_transformer.tokenization import append_eos
 from keras_transformer.validation import check_positive_int
 
@@ -83,7 +84,9 @@ class Translator:
         batch_size: sentences decoded at once.
         source_eos: end every source with the source tokenizer's EOS, as the model was
             trained (`data.source_eos`; `from_run_dir` reads it from the run).
-        **decoding: the search, `decoding.BatchDecoder`'s arguments and defaults: `method`
+        **decoding: the search, `decoding.BatchDecoder`'s arguments and defaults, except
+            those of `constants.TRANSLATION_DECODING_DEFAULTS` (length penalty 1.0, limit
+            `1.2 * source + 10`, chosen on Multi30k's validation split): `method`
             (beam search when `beam_size > 1`, else greedy), `beam_size`,
             `length_penalty` (the GNMT alpha), `max_length`, `max_length_a`,
             `max_length_b` (each sentence's limit is `min(max_length, a * source_tokens +
@@ -117,7 +120,7 @@ class Translator:
             model,
             bos_id=int(target_tokenizer.bos_id),
             eos_id=int(target_tokenizer.eos_id),
-            **decoding,
+            **{**TRANSLATION_DECODING_DEFAULTS, **decoding},
         )
         if int(source_tokenizer.pad_id) != model.pad_id:
             raise ValueError(

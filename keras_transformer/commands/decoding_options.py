@@ -1,7 +1,8 @@
 """The decoding options of `translate`, `evaluate` and `export`, defined once.
 
-Their defaults are `keras_transformer.decoding.BatchDecoder`'s (read from its signature), so
-the command line decodes as the library does unless told otherwise.
+Their defaults are the `Translator`'s: `constants.TRANSLATION_DECODING_DEFAULTS`, else
+`keras_transformer.decoding.BatchDecoder`'s (read from its signature), so the command line
+decodes as the library does unless told otherwise.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import argparse
 import inspect
 from typing import Any
 
-from keras_transformer.constants import DECODING_METHODS
+from keras_transformer.constants import DECODING_METHODS, TRANSLATION_DECODING_DEFAULTS
 
 _JIT = {"auto": "auto", "on": True, "off": False}
 
@@ -18,6 +19,8 @@ _JIT = {"auto": "auto", "on": True, "off": False}
 def _default(name: str) -> Any:
     from keras_transformer.decoding import BatchDecoder
 
+    if name in TRANSLATION_DECODING_DEFAULTS:
+        return TRANSLATION_DECODING_DEFAULTS[name]
     return inspect.signature(BatchDecoder.__init__).parameters[name].default
 
 
