@@ -333,7 +333,12 @@ def test_distributed_notebook(tmp_path, monkeypatch, multi30k_dir):
 
     losses = check["losses"]
     assert all(a > b for a, b in zip(losses, losses[1:])), losses
-    assert check["replica_difference"] == 0.0  # the mirrored copies stay identical
+    # The mirrored copies stay the same: every replica applies the same all-reduced
+    # gradient. Not bit for bit: the all-reduce may sum in another order on each replica,
+    # and Adam (epsilon 1e-9) turns such rounding in near-zero gradients into steps of up
+    # to the learning rate for a few weights (seen under load: 3e-4); copies that applied
+    # their own gradients would differ by several steps' worth everywhere.
+    assert check["replica_difference"] < 2e-3
 
     # Two worker processes under TF_CONFIG: both succeed, log the same (all-reduced) loss,
     # and end with identical weights.
@@ -350,5 +355,6 @@ def test_distributed_notebook(tmp_path, monkeypatch, multi30k_dir):
     chief, worker = check["worker_losses"]
     assert len(chief) == 2 and chief[1] < chief[0], chief
     assert worker == pytest.approx(chief, rel=1e-6)
-    assert check["num_weight_arrays"] > 10 and check["worker_difference"] == 0.0
+    # Identical up to the all-reduce's summation order (as for the replicas above).
+    assert check["num_weight_arrays"] > 10 and check["worker_difference"] < 2e-3
     assert check["pngs"] == 1  # the training curves
