@@ -92,15 +92,12 @@ def train_task(
     ```
     """
     from keras_transformer.data.pipeline import count_batches
-    from keras_transformer.training.averaging import average_weights
-    from keras_transformer.training.budget import epoch_weight_files
-    from keras_transformer.training.callbacks import make_callbacks
     from keras_transformer.training.schedules import TransformerSchedule
-    from keras_transformer.training.strategies import is_chief, make_strategy, worker_id
+    from keras_transformer.training.strategies import is_chief, make_strategy
     from keras_transformer.training.trainer import (
-        KEEP_EPOCH_WEIGHTS,
         TrainingResult,
         compile_model,
+        fit_and_save,
         load_or_train_tokenizers,
     )
 
@@ -167,38 +164,17 @@ def train_task(
         )
     logger.info("Model: %d parameters.", model.count_params())
 
-    suffix = "" if chief else f"_worker{worker_id(strategy)}"
-    callbacks = make_callbacks(
-        backup_dir=paths.backup + suffix,
-        backup_freq=t.backup_freq,
-        steps_per_epoch=t.steps_per_epoch,
-        checkpoint_dir=paths.checkpoints + suffix,
-        keep_epoch_weights=max(t.average_last or 1, KEEP_EPOCH_WEIGHTS),
-        log_dir=(paths.logs + suffix) if t.tensorboard else None,
-        early_stopping_patience=t.early_stopping_patience if validation is not None else None,
-        monitor="val_loss" if validation is not None else "loss",
-        use_ema=t.use_ema,
-        max_minutes=t.max_minutes,
-        start=start,
-        schedule=schedule,
-        planned_steps=t.epochs * steps_per_epoch,
-    )
-    callbacks += list(extra_callbacks or [])
-    history = model.fit(
+    history = fit_and_save(
+        model,
+        config,
+        paths,
+        strategy,
         train,
-        epochs=t.epochs,
-        steps_per_epoch=t.steps_per_epoch,
-        validation_data=validation,
-        validation_steps=t.validation_steps,
-        callbacks=callbacks,
-        verbose=t.verbose,
-        shuffle=False,
+        validation,
+        schedule=schedule,
+        steps_per_epoch=steps_per_epoch,
+        start=start,
+        saved_model=model.to_plain,
+        extra_callbacks=extra_callbacks,
     )
-    if t.average_last and t.average_last > 1:
-        files = epoch_weight_files(paths.checkpoints + suffix)[-t.average_last :]
-        average_weights(model, files)
-    if chief:
-        storage.clear_for_rewrite(paths.model)
-        model.to_plain().save(paths.model)
-        logger.info("Saved the trained model to %s.", paths.model)
     return TrainingResult(history=history, model=model, paths=paths)

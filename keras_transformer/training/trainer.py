@@ -25,26 +25,20 @@ from keras_transformer.config import ExperimentConfig, save_config
 from keras_transformer.model_config import TransformerConfig
 from keras_transformer.models.transformer import Transformer
 from keras_transformer.run_dir import RunPaths
-from keras_transformer.training.averaging import average_weights
 from keras_transformer.training.bleu import BleuCallback
-from keras_transformer.training.budget import epoch_weight_files
-from keras_transformer.training.callbacks import make_callbacks
 from keras_transformer.training.distributed import DistributedTrainingMixin
 from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy
 from keras_transformer.training.metrics import MaskedSparseCategoricalAccuracy
+from keras_transformer.training.run_loop import fit_and_save
 from keras_transformer.training.schedules import TransformerSchedule
 from keras_transformer.training.strategies import (
     is_chief,
     make_strategy,
     resolve_jit_compile,
-    worker_id,
 )
 from keras_transformer.training.tokenizer_files import load_or_train_tokenizers
 
 logger = logging.getLogger(__name__)
-
-# Per-epoch weights kept in `checkpoints/` (more when `training.average_last` asks).
-KEEP_EPOCH_WEIGHTS = 5
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -367,51 +361,23 @@ def train(
         model.per_replica_jit_compile,
     )
 
-    # Non-chief workers keep their backups, checkpoints and logs apart from the chief's, in
-    # the run directory (a bucket too): Keras 3's BackupAndRestore writes where it is told on
-    # every worker (tf.keras 2 sent non-chiefs to temporary folders of their own).
-    suffix = "" if chief else f"_worker{worker_id(strategy)}"
     bleu = None
     if t.bleu_every and validation_pairs is not None:
         bleu = _bleu_callback(config, validation_pairs, tokenizers, paths, start, chief)
-    callbacks = make_callbacks(
-        backup_dir=paths.backup + suffix,
-        backup_freq=t.backup_freq,
-        steps_per_epoch=t.steps_per_epoch,
-        checkpoint_dir=paths.checkpoints + suffix,
-        keep_epoch_weights=max(t.average_last or 1, KEEP_EPOCH_WEIGHTS),
-        log_dir=(paths.logs + suffix) if t.tensorboard else None,
-        early_stopping_patience=t.early_stopping_patience if validation_data else None,
-        monitor="val_loss" if validation_data is not None else "loss",
-        use_ema=t.use_ema,
-        max_minutes=t.max_minutes,
-        start=start,
-        bleu=bleu,
-        schedule=schedule,
-        planned_steps=t.epochs * steps_per_epoch,
-    )
-    callbacks += list(extra_callbacks or [])
-    history = model.fit(
+    history = fit_and_save(
+        model,
+        config,
+        paths,
+        strategy,
         train_data,
-        epochs=t.epochs,
-        steps_per_epoch=t.steps_per_epoch,
-        validation_data=validation_data,
-        validation_steps=t.validation_steps,
-        callbacks=callbacks,
-        verbose=t.verbose,
-        shuffle=False,  # make_batches already shuffles; Keras ignores (and warns) for datasets
+        validation_data,
+        schedule=schedule,
+        steps_per_epoch=steps_per_epoch,
+        start=start,
+        saved_model=model.to_transformer,
+        bleu=bleu,
+        extra_callbacks=extra_callbacks,
     )
-    if t.average_last and t.average_last > 1:
-        files = epoch_weight_files(paths.checkpoints + suffix)[-t.average_last :]
-        average_weights(model, files)
-    if chief:
-        storage.clear_for_rewrite(paths.model)
-        model.to_transformer().save(paths.model)
-        logger.info(
-            "Saved the trained model to %s after %.1f minutes.",
-            paths.model,
-            (time.monotonic() - start) / 60,
-        )
     return TrainingResult(history=history, model=model, paths=paths)
 
 
