@@ -224,12 +224,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--beam-size", type=int, default=4, help="beam size baked into the export")
     p.add_argument("--max-length-a", type=float, default=1.0)
     p.add_argument("--max-length-b", type=int, default=10)
-    p.add_argument("--requests", type=int, default=64, help="measured requests per cell")
-    p.add_argument("--warmup", type=int, default=8, help="unmeasured requests per server")
+    p.add_argument("--requests", type=int, default=256, help="measured requests per cell")
+    p.add_argument("--warmup", type=int, default=16, help="unmeasured requests per server")
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
     p.add_argument("--max-batch-size", type=int, default=8)
     p.add_argument("--batch-timeout-micros", type=int, default=5000)
-    p.add_argument("--num-batch-threads", type=int, default=1)
+    p.add_argument(
+        "--num-batch-threads",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="default: one per CPU, TF Serving's advice for CPU-only serving",
+    )
     p.add_argument(
         "--max-padding",
         type=float,
@@ -247,6 +252,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="soak mode: mixed REST/gRPC traffic for this long (10 for the full soak)",
     )
     p.add_argument("--soak-clients", type=int, default=4, help="soak client threads")
+    p.add_argument(
+        "--soak-warmup-seconds",
+        type=float,
+        default=60.0,
+        help="unmeasured traffic before the start RSS is taken",
+    )
     p.add_argument("--soak-bad-fraction", type=float, default=0.2, help="share of bad requests")
     args = p.parse_args(argv)
     if args.requests < 1 or args.warmup < 0 or min(args.concurrency) < 1:
@@ -586,10 +597,9 @@ def soak(args: argparse.Namespace) -> None:
     counts = collections.Counter()
     failures: list[str] = []
     duration = args.soak_minutes * 60
-    stop_at = time.monotonic() + duration
 
-    def client(index: int) -> None:
-        rng = random.Random(args.seed + index)
+    def client(index: int, stop_at: float, counts: collections.Counter, record: bool) -> None:
+        rng = random.Random(args.seed + index + (0 if record else 1000))
         clients = {
             "rest": ServingClient(rest_url, MODEL_NAME, timeout=args.request_timeout, retries=0),
             "grpc": ServingClient(
@@ -619,17 +629,33 @@ def soak(args: argparse.Namespace) -> None:
                 continue
             with lock:
                 counts["valid"] += 1
-                latencies[protocol].append(time.perf_counter() - start)
+                if record:
+                    latencies[protocol].append(time.perf_counter() - start)
+
+    def run_clients(stop_at: float, counts: collections.Counter, record: bool) -> list:
+        threads = [
+            threading.Thread(target=client, args=(i, stop_at, counts, record))
+            for i in range(args.soak_clients)
+        ]
+        for thread in threads:
+            thread.start()
+        return threads
 
     try:
         warm = ServingClient(rest_url, MODEL_NAME, timeout=args.request_timeout)
-        for sentence in sentences[:4]:
-            warm.predict([sentence])
+        warm.predict([sentences[0]])
+        loaded_mb = rss_mb(proc.pid)
+        # Warm-up: the same traffic, unmeasured, so that the start figure already holds what
+        # serving allocates once (batch shapes, oneDNN primitive caches, thread arenas) and
+        # the growth that follows is what the soak is after.
+        warm_counts = collections.Counter()
+        for thread in run_clients(time.monotonic() + args.soak_warmup_seconds, warm_counts, False):
+            thread.join()
+        for key in ("valid_failed", "bad_unexpected"):  # a failure in the warm-up still counts
+            counts[key] += warm_counts[key]
         rss = [(0.0, rss_mb(proc.pid))]
         began = time.monotonic()
-        threads = [threading.Thread(target=client, args=(i,)) for i in range(args.soak_clients)]
-        for thread in threads:
-            thread.start()
+        threads = run_clients(began + duration, counts, True)
         published = available = None
         while any(t.is_alive() for t in threads):
             time.sleep(5)
@@ -679,6 +705,11 @@ def soak(args: argparse.Namespace) -> None:
                 f"{np.percentile(values, 95) * 1e3:.0f} ms ({len(values)} requests)"
             )
     start_mb, end_mb = rss[0][1], rss[-1][1]
+    print(
+        f"warm-up      : {args.soak_warmup_seconds:g} s of the same traffic "
+        f"({warm_counts['valid'] + warm_counts['bad']} requests, not counted above); server RSS "
+        f"{loaded_mb:.0f} MiB after its first request, {start_mb:.0f} MiB after the warm-up"
+    )
     print(
         f"server RSS   : start {start_mb:.0f} MiB (after warm-up), end {end_mb:.0f} MiB, max "
         f"{max(m for _, m in rss):.0f} MiB; growth {100 * (end_mb / start_mb - 1):+.1f}% "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import concurrent.futures
+import gc
 import json
 import os
 import re
@@ -16,6 +17,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import weakref
 
 import pytest
 from toy_model import save_toy_model
@@ -804,6 +806,32 @@ def test_version_swap_under_load_drops_no_request(exports, tmp_path):
                 future.result(timeout=60)
         assert not failures
         assert seen == {"v1:A", "v2:A"}
+
+
+def test_unloaded_version_is_freed_at_once(exports, tmp_path):
+    # An unloaded version's graph and session must not outlive it: each version swap would
+    # otherwise leave the old graph in memory until the cyclic collector happens to run.
+    base = tmp_path / "toy"
+    shutil.copytree(exports[1], base / "1")
+    params = BatchOptions(max_batch_size=8, batch_timeout_micros=1000, num_batch_threads=2)
+    with start_server(
+        base, "toy", port=0, poll_interval=0, enable_batching=True, batching_parameters=params
+    ) as srv:
+        hammer(srv, threads=4, per_thread=3)  # the batcher has run batches for version 1
+        servable = srv.core.manager("toy").get(1)
+        old, old_graph = weakref.ref(servable), weakref.ref(servable._graph)
+        del servable
+        gc.disable()  # only the unload itself may free it
+        try:
+            shutil.copytree(exports[2], base / "2")
+            srv.refresh()
+            assert srv.core.manager("toy").states()[1].state == "END"
+            assert old() is None and old_graph() is None
+        finally:
+            gc.enable()
+        assert http(predict_url(srv), "POST", {"inputs": ["a"]})[1]["outputs"]["translations"] == [
+            "v2:A"
+        ]
 
 
 def test_keep_alive_connection_survives_errors(server):

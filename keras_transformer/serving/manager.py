@@ -11,6 +11,7 @@ reported (state END with its error) and retried when its ``saved_model.pb`` chan
 from __future__ import annotations
 
 import dataclasses
+import gc
 import logging
 import os
 import threading
@@ -35,6 +36,13 @@ class VersionState:
     error_code: str = "OK"
     error_message: str = ""
     stamp: float | None = None  # saved_model.pb mtime of a failed load (retry when it changes)
+
+
+def release_memory() -> None:
+    """Free unloaded versions now. A version's ``tf.Graph`` is full of reference cycles, which
+    only the cyclic collector frees, and its oldest generation runs rarely: without this, an
+    unloaded version's graph stays in memory for an unbounded time after each swap."""
+    gc.collect()
 
 
 def _mtime(path: str) -> float | None:
@@ -120,6 +128,7 @@ class ModelManager:
             loaded_aspired = [v for v in aspired if v in self._servables]
             with self._lock:
                 current = dict(self._servables)
+            unloaded = False
             for version, servable in current.items():
                 gone = version not in available
                 if gone or (version not in aspired and loaded_aspired):
@@ -130,6 +139,10 @@ class ModelManager:
                     with self._lock:
                         self._states[version] = VersionState("END")
                     logger.info("model %s: unloaded version %d", self.name, version)
+                    unloaded = True
+            if unloaded:
+                del current, servable
+                release_memory()
 
     def _load(self, version: int, path: str, stamp: float | None) -> None:
         with self._lock:

@@ -231,6 +231,9 @@ class Servable:
                 logger.warning("closing %s v%d with requests in flight", self.name, self.version)
         if self.batcher is not None:
             self.batcher.stop()
+            # The batcher holds this servable's ``run``: drop it so the version is freed by
+            # reference counting once the manager lets go of it.
+            self.batcher = None
         self._session.close()
 
 
