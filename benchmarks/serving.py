@@ -9,7 +9,10 @@ side by side: batching `off`, `on` (TF Serving's batching: merge whatever is que
 `grouped` (the stand-in's: batches grouped by length, leaving out requests that would pad more
 than `--max-padding`). The modes take turns on chunks of the sentences (`--rounds`), so a
 change in the machine's load falls on all of them. Prints p50/p95 latency, sentences per
-second, sentences per CPU-second of this process and the CPU other processes took, then ratios.
+second, sentences per CPU-second of this process and the CPU other processes took, then ratios,
+and the ceiling: the same sentences as direct session runs of the export (no server), one per
+run from as many threads as clients against full batches from the batch threads, which is the
+most batching can give on the machine.
 
 The model is a trained run (`--run-dir`, one that emits EOS) or, by default, the architecture
 of `keras_transformer/configs/multi30k_de_en.yaml` (3+3 layers, d_model 256, 4 heads, d_ff
@@ -215,6 +218,52 @@ def run_cell(
     }
 
 
+def session_ceiling(
+    version_dir: str, sentences: list[str], concurrency: int, batch_size: int, threads: int
+) -> dict[str, float]:
+    """Sentences/s of direct session runs of the export (no server, no HTTP, no batcher):
+    `concurrency` threads of one-sentence runs (what unbatched serving does at best) against
+    `threads` threads of `batch_size`-sentence runs, in arrival order and sorted by length
+    (the most any batching, and any grouping, can give on this machine)."""
+    from keras_transformer.serving.servable import Servable
+
+    servable = Servable(MODEL_NAME, 1, version_dir)
+
+    def rate(chunks: list[list[str]], workers: int) -> float:
+        pending: queue.SimpleQueue[list[str]] = queue.SimpleQueue()
+        for chunk in chunks:
+            pending.put(chunk)
+
+        def work() -> None:
+            while True:
+                try:
+                    chunk = pending.get_nowait()
+                except queue.Empty:
+                    return
+                servable.run("serving_default", {"sentences": np.array(chunk, dtype=object)})
+
+        pool = [threading.Thread(target=work) for _ in range(workers)]
+        start = time.perf_counter()
+        for thread in pool:
+            thread.start()
+        for thread in pool:
+            thread.join()
+        return len(sentences) / (time.perf_counter() - start)
+
+    def batches(ordered: list[str]) -> list[list[str]]:
+        return [ordered[i : i + batch_size] for i in range(0, len(ordered), batch_size)]
+
+    try:
+        rate(batches(sentences[:batch_size]), threads)  # warm-up
+        return {
+            "unbatched": rate([[s] for s in sentences], concurrency),
+            "arrival": rate(batches(sentences), threads),
+            "sorted": rate(batches(sorted(sentences, key=len)), threads),
+        }
+    finally:
+        servable.close()
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--run-dir", help="a trained run (Translator.from_run_dir); default: random")
@@ -358,6 +407,16 @@ def main(argv: list[str] | None = None) -> None:
         for mode in before:
             after = servers[mode].batching_stats(MODEL_NAME)
             merged[mode] = {k: after[k] - before[mode][k] for k in after}
+        for server in servers.values():
+            server.stop()
+        servers = {}
+        ceiling = session_ceiling(
+            os.path.join(tmp, MODEL_NAME, "1"),
+            sentences,
+            max(args.concurrency),
+            args.max_batch_size,
+            args.num_batch_threads,
+        )
     finally:
         for server in servers.values():
             server.stop()
@@ -455,6 +514,14 @@ def main(argv: list[str] | None = None) -> None:
             f"{grouped['throughput'] / on['throughput']:.2f}x, p95 "
             f"{grouped['p95'] / on['p95']:.2f}x"
         )
+    print(
+        f"  ceiling (session runs, no server): {high} threads x 1 sentence "
+        f"{ceiling['unbatched']:.2f}/s; {args.num_batch_threads} threads x "
+        f"{args.max_batch_size} sentences {ceiling['arrival']:.2f}/s in arrival order "
+        f"({ceiling['arrival'] / ceiling['unbatched']:.2f}x), {ceiling['sorted']:.2f}/s sorted "
+        f"by length ({ceiling['sorted'] / ceiling['unbatched']:.2f}x): the most batching can "
+        "give here"
+    )
     print(
         "per CPU-s    : sentences per CPU-second this process used (server and clients); "
         "'others CPUs' is the CPU time other processes used per second of the cell (a "

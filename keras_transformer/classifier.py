@@ -25,7 +25,7 @@ import tensorflow as tf
 
 from keras_transformer.constants import NO_TAG_ID
 from keras_transformer.data.task_pipeline import classification_ids, tagging_ids
-from keras_transformer.validation import check_positive_int
+from keras_transformer.validation import check_positive_int, check_tokenizer_pad_id
 
 
 def _as_texts(texts: Iterable[str]) -> list[str]:
@@ -59,11 +59,7 @@ class _EncoderTask:
                 f"Received {len(self.labels)} labels for a model with "
                 f"num_classes={model.num_classes}, expected {expected} labels' worth."
             )
-        if int(tokenizer.pad_id) != model.pad_id:
-            raise ValueError(
-                "Received a tokenizer whose pad id differs from the model's, expected "
-                f"pad_id={model.pad_id}. Received: pad_id={tokenizer.pad_id}"
-            )
+        check_tokenizer_pad_id(tokenizer, model)
         self._label_table = tf.constant(self.labels, tf.string)
         self._function = None
 

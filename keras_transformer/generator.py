@@ -26,7 +26,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer import decoding as decoding_module
-from keras_transformer.validation import check_positive_int
+from keras_transformer.validation import check_positive_int, check_tokenizer_pad_id
 
 
 def strip_prompts(tokens: tf.Tensor, prompt_lengths: tf.Tensor, pad_id: int) -> tf.Tensor:
@@ -79,11 +79,7 @@ class TextGenerator:
             eos_id=int(tokenizer.eos_id),
             **decoding,
         )
-        if int(tokenizer.pad_id) != model.pad_id:
-            raise ValueError(
-                "Received a tokenizer whose pad id differs from the model's, expected "
-                f"pad_id={model.pad_id}. Received: pad_id={tokenizer.pad_id}"
-            )
+        check_tokenizer_pad_id(tokenizer, model)
 
     @classmethod
     def from_run_dir(cls, path: str, **kwargs: Any) -> TextGenerator:

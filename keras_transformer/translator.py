@@ -32,7 +32,7 @@ import tensorflow as tf
 from keras_transformer import decoding as decoding_module
 from keras_transformer.constants import TRANSLATION_DECODING_DEFAULTS
 from keras_transformer.tokenization import append_eos
-from keras_transformer.validation import check_positive_int
+from keras_transformer.validation import check_positive_int, check_tokenizer_pad_id
 
 logger = logging.getLogger(__name__)
 
@@ -122,11 +122,7 @@ class Translator:
             eos_id=int(target_tokenizer.eos_id),
             **{**TRANSLATION_DECODING_DEFAULTS, **decoding},
         )
-        if int(source_tokenizer.pad_id) != model.pad_id:
-            raise ValueError(
-                "Received tokenizers whose pad id differs from the model's, expected "
-                f"pad_id={model.pad_id}. Received: pad_id={source_tokenizer.pad_id}"
-            )
+        check_tokenizer_pad_id(source_tokenizer, model)
 
     @classmethod
     def from_run_dir(cls, path: str, **kwargs: Any) -> Translator:

@@ -111,6 +111,16 @@ def check_divisible(name: str, value: int, divisor_name: str, divisor: int) -> N
         raise _invalid(name, f"a multiple of `{divisor_name}`={divisor}", value)
 
 
+def check_tokenizer_pad_id(tokenizer: Any, model: Any) -> None:
+    """Raises `ValueError` unless the tokenizer pads with the model's `pad_id` (the model
+    masks its padding by that id, so another one would be read as real tokens)."""
+    if int(tokenizer.pad_id) != int(model.pad_id):
+        raise ValueError(
+            "Received a tokenizer whose pad id differs from the model's, expected "
+            f"pad_id={model.pad_id}. Received: pad_id={tokenizer.pad_id}"
+        )
+
+
 # The rule of each architecture argument, wherever it is given (layer, model or config).
 _ARCHITECTURE_RULES: dict[str, Callable[[str, Any], Any]] = {
     "source_vocab_size": check_positive_int,

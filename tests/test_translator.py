@@ -222,3 +222,16 @@ def test_translation_attention_shapes(tokenizer, tiny_model):
     np.testing.assert_allclose(weights["cross_attention"].sum(-1), 1.0, atol=1e-5)
     with pytest.raises(ValueError, match="at least one token"):
         translation_attention(translator, "")
+
+
+def test_a_tokenizer_that_pads_with_another_id_is_refused(tokenizer):
+    # The model masks its padding by pad_id: a tokenizer padding with another id would feed
+    # padding as real tokens, so the wrappers refuse it (the check lives in validation.py).
+    model = CopyModel(tokenizer.vocab_size)
+    model.pad_id = 5
+    with pytest.raises(ValueError, match="pad id differs.*expected pad_id=5. Received: pad_id=0"):
+        Translator(model, tokenizer, tokenizer)
+    from keras_transformer.generator import TextGenerator
+
+    with pytest.raises(ValueError, match="expected pad_id=5. Received: pad_id=0"):
+        TextGenerator(model, tokenizer)
