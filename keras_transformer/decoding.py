@@ -183,7 +183,7 @@ def _prepare(model, source_ids, num_steps, repeat: int = 1):
         source_mask = tf.repeat(source_mask, repeat, axis=0)  # (B*K, S)
         cache, cross_cache = tf.nest.map_structure(
             lambda c: tf.repeat(c, repeat, axis=0), (cache, cross_cache)
-        )  # N x (B*K, 2, T, H, Dh), N x (B*K, 2, S, H, Dh)
+        )  # N x 2 x (B*K, H, T, Dh), N x 2 x (B*K, H, S, Dh)
     return source_mask, cache, cross_cache
 
 
@@ -264,7 +264,7 @@ def _token_search(
     initial = (
         tf.constant(0, tf.int32),
         _initial_sequences(batch_size, num_steps, bos_id, pad_id),  # (B, 1 + T)
-        cache,  # N x (B, 2, T, H, Dh)
+        cache,  # N x 2 x (B, H, T, Dh)
         max_lengths <= 0,  # (B,)
         tf.zeros([batch_size], tf.float32),
         tf.zeros([batch_size], tf.int32),
@@ -510,7 +510,7 @@ def beam_search(
         tf.constant(0, tf.int32),
         initial_seq,
         initial_log_probs,
-        cache,  # N x (B*K, 2, T, H, Dh)
+        cache,  # N x 2 x (B*K, H, T, Dh)
         initial_seq,
         tf.fill([batch_size, k], _NEG_INF),
     )

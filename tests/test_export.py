@@ -124,8 +124,10 @@ def test_export_refuses_a_cache_written_with_xla_ops(translator, tmp_path, monke
     from keras_transformer.layers import multi_head_attention
 
     def write_cache_with_slice_update(cache, index, key, value):
-        new = keras.ops.cast(keras.ops.stack([key, value], axis=1), cache.dtype)
-        return keras.ops.slice_update(cache, [0, 0, index, 0, 0], new)
+        return tuple(
+            keras.ops.slice_update(c, [0, 0, index, 0], keras.ops.cast(new, c.dtype))
+            for c, new in zip(cache, (key, value))
+        )
 
     monkeypatch.setattr(multi_head_attention, "write_cache", write_cache_with_slice_update)
     with pytest.raises(ValueError, match=r"op XlaDynamicUpdateSlice \(node '[^']*while[^']*'"):

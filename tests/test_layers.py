@@ -186,7 +186,7 @@ def test_attention_cache_gives_the_full_sequence_result():
     mha = layers.MultiHeadAttention(num_heads=H, key_dim=D // H)
     x = np.random.rand(B, T, D).astype("float32")
     full = np.asarray(mha(x, x, attention_mask=masks.causal_mask(T)))
-    cache = np.zeros((B, 2, T, H, D // H), "float32")
+    cache = (np.zeros((B, H, T, D // H), "float32"),) * 2  # (keys, values), head-major
     for t in range(T):
         step, cache = mha(
             x[:, t : t + 1],
@@ -196,6 +196,10 @@ def test_attention_cache_gives_the_full_sequence_result():
             cache_update_index=t,
         )
         np.testing.assert_allclose(step[:, 0], full[:, t], atol=1e-5)
+    # The cache holds the projected keys and values of every position, heads first.
+    keys, values = mha.project_key_value(x, x)
+    np.testing.assert_allclose(cache[0], keys, atol=1e-6)
+    np.testing.assert_allclose(cache[1], values, atol=1e-6)
 
 
 @pytest.mark.parametrize(

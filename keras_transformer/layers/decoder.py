@@ -48,11 +48,12 @@ class Decoder(StackBase):
         padding_mask: optional bool (B, T); defaults to `token_ids != pad_id`.
         encoder_padding_mask: optional bool (B, S), True at real source tokens.
         cache: optional self-attention cache (`init_cache`): a tuple of N per-layer
-            (B, 2, T_max, H, D) tensors; then `cache_update_index` is the position of
-            `token_ids[:, 0]`.
+            `(keys, values)` pairs of (B, H, T_max, D) tensors; then `cache_update_index`
+            is the position of `token_ids[:, 0]`.
         cache_update_index: int or scalar tensor.
         cross_attention_cache: optional precomputed encoder keys/values
-            (`compute_cross_attention_cache`): a tuple of N (B, 2, S, H, D) tensors.
+            (`compute_cross_attention_cache`): a tuple of N `(keys, values)` pairs of
+            (B, H, S, D) tensors.
         return_attention_scores: also return `{"self_attention": [...],
             "cross_attention": [...]}`, per-layer weights (B, H, T, T) and (B, H, T, S)
             (no `"cross_attention"` key without cross-attention).
@@ -110,7 +111,8 @@ class Decoder(StackBase):
             if value is not None and len(value) != self.num_layers:
                 raise ValueError(
                     f"Received an invalid value for argument `{name}`, expected a tuple of "
-                    f"{self.num_layers} per-layer tensors. Received: {len(value)} entries"
+                    f"{self.num_layers} per-layer (keys, values) pairs. Received: {len(value)} "
+                    "entries"
                 )
         if not self.use_cross_attention:
             given = [
@@ -155,7 +157,7 @@ class Decoder(StackBase):
                 return_attention_scores=True,
                 training=training,
                 **encoder_arguments,
-            )  # (B, T, D), (B, H, T, T)[, (B, H, T, S)][, (B, 2, T_max, H, D)]
+            )  # (B, T, D), (B, H, T, T)[, (B, H, T, S)][, 2 x (B, H, T_max, D)]
             x, layer_self_weights = outputs[:2]
             self_weights.append(layer_self_weights)
             if self.use_cross_attention:
@@ -174,7 +176,7 @@ class Decoder(StackBase):
         if cache is not None:
             # Per-layer tensors, not one stacked tensor: stacking would copy every layer's
             # cache at every decoding step.
-            results += (tuple(new_caches),)  # N x (B, 2, T_max, H, D)
+            results += (tuple(new_caches),)  # N x 2 x (B, H, T_max, D)
         return results[0] if len(results) == 1 else results
 
     def logits(self, hidden):
@@ -182,13 +184,17 @@ class Decoder(StackBase):
         return ops.cast(self.embedding.reverse(hidden), "float32")
 
     def init_cache(self, batch_size, max_length: int) -> tuple:
-        """A zero self-attention cache: N per-layer (B, 2, T_max, H, D) tensors."""
+        """A zero self-attention cache: N per-layer `(keys, values)`, each (B, H, T_max, D)."""
         head_dim = self.d_model // self.num_heads
-        shape = (batch_size, 2, max_length, self.num_heads, head_dim)
-        return tuple(ops.zeros(shape, dtype=self.compute_dtype) for _ in self.layers_)
+        shape = (batch_size, self.num_heads, max_length, head_dim)
+        return tuple(
+            (ops.zeros(shape, dtype=self.compute_dtype), ops.zeros(shape, dtype=self.compute_dtype))
+            for _ in self.layers_
+        )
 
     def compute_cross_attention_cache(self, encoder_output) -> tuple:
-        """Projects the encoder output once for all decoding steps: N x (B, 2, S, H, D)."""
+        """Projects the encoder output once for all decoding steps: N per-layer
+        `(keys, values)`, each (B, H, S, D)."""
         if not self.use_cross_attention:
             raise ValueError(
                 "Received a call to `compute_cross_attention_cache` on a `Decoder` without "

@@ -41,12 +41,13 @@ class DecoderLayer(BlockBase):
             must the other cross-attention arguments) with `use_cross_attention=False`.
         decoder_padding_mask: optional bool (B, T), True at real target tokens.
         encoder_padding_mask: optional bool (B, S), True at real source tokens.
-        self_attention_cache: optional (B, 2, T_max, H, D) cache for incremental decoding;
-            then `self_attention_cache_update_index` (the position of the first token of
-            `decoder_sequence`) is required, and the causal mask is offset by it.
+        self_attention_cache: optional `(keys, values)` cache for incremental decoding, each
+            (B, H, T_max, D); then `self_attention_cache_update_index` (the position of the
+            first token of `decoder_sequence`) is required, and the causal mask is offset by
+            it.
         self_attention_cache_update_index: int or scalar tensor.
-        cross_attention_cache: optional (B, 2, S, H, D) precomputed encoder keys/values
-            (`cross_attention.compute_cache(encoder_sequence)`).
+        cross_attention_cache: optional `(keys, values)`, each (B, H, S, D): the encoder's
+            precomputed keys/values (`cross_attention.compute_cache(encoder_sequence)`).
         return_attention_scores: also return the self- and cross-attention weights,
             (B, H, T, T_or_T_max) and (B, H, T, S).
         training: whether dropout is active.
@@ -129,7 +130,7 @@ class DecoderLayer(BlockBase):
             )
         else:
             self_mask = masks.causal_mask(
-                length, ops.shape(self_attention_cache)[2], self_attention_cache_update_index
+                length, ops.shape(self_attention_cache[0])[2], self_attention_cache_update_index
             )  # (1, T, T_max)
 
         x, self_extras = self._residual(

@@ -11,36 +11,43 @@ from keras_transformer.validation import check_positive_int, check_rate
 
 
 def write_cache(cache, index, key, value):
-    """Writes new keys/values into a (B, 2, S_max, H, D) cache at positions `index...`.
+    """Writes new keys/values into a `(keys, values)` cache at positions `index...`.
 
-    One `TensorScatterUpdate` (`keras.ops.scatter_update`): an op with ordinary CPU and GPU
-    kernels that XLA also compiles. `keras.ops.slice_update` would be the natural choice,
-    but Keras' TensorFlow backend implements it with `XlaDynamicUpdateSlice`, whose CPU and
-    GPU kernels compile with XLA on first use; TF Serving's model server disables XLA
-    compilation by default, so an exported decoding loop holding it fails on its first
-    request (tensorflow/serving#2217). Measured on CPU, the scatter is as fast as the slice
-    update both with and without XLA (`python benchmarks/decoding.py`).
+    The cache is a pair of head-major (B, H, S_max, D) tensors, so that attention reads it
+    without a copy: no slice of a stacked tensor, no transpose to heads-first at each step
+    (those two copies of the whole cache took about a third of a decoding step on CPU).
+    Each is written with one `TensorScatterUpdate` (`keras.ops.scatter_update`): an op with
+    ordinary CPU and GPU kernels that XLA also compiles. `keras.ops.slice_update` would be
+    the natural choice, but Keras' TensorFlow backend implements it with
+    `XlaDynamicUpdateSlice`, whose CPU and GPU kernels compile with XLA on first use; TF
+    Serving's model server disables XLA compilation by default, so an exported decoding loop
+    holding it fails on its first request (tensorflow/serving#2217). Measured on CPU, the
+    scatter is as fast as the slice update both with and without XLA
+    (`python benchmarks/decoding.py`).
 
     Args:
-        cache: (B, 2, S_max, H, D), keys at index 0 and values at index 1.
+        cache: `(keys, values)`, each (B, H, S_max, D).
         index: int or scalar int tensor, the position of the first new key/value.
-        key: (B, T_new, H, D) new keys.
-        value: (B, T_new, H, D) new values.
+        key: (B, H, T_new, D) new keys.
+        value: (B, H, T_new, D) new values.
 
     Returns:
-        The updated cache, (B, 2, S_max, H, D).
+        The updated `(keys, values)`.
     """
-    new = ops.cast(ops.stack([key, value], axis=1), cache.dtype)  # (B, 2, T_new, H, D)
-    shape = ops.shape(new)
-    batch, steps = shape[0], shape[2]
-    grid = (batch, 2, steps)
+    shape = ops.shape(key)
+    batch, heads, steps = shape[0], shape[1], shape[2]
+    grid = (batch, heads, steps)
     rows = ops.broadcast_to(ops.reshape(ops.arange(batch), (-1, 1, 1)), grid)
-    parts = ops.broadcast_to(ops.reshape(ops.arange(2), (1, 2, 1)), grid)
+    head_ids = ops.broadcast_to(ops.reshape(ops.arange(heads), (1, -1, 1)), grid)
     positions = ops.broadcast_to(
         ops.reshape(ops.arange(steps) + ops.cast(index, "int32"), (1, 1, -1)), grid
     )
-    indices = ops.stack([rows, parts, positions], axis=-1)  # (B, 2, T_new, 3)
-    return ops.scatter_update(cache, indices, new)
+    indices = ops.stack([rows, head_ids, positions], axis=-1)  # (B, H, T_new, 3)
+    keys, values = cache
+    return (
+        ops.scatter_update(keys, indices, ops.cast(key, keys.dtype)),
+        ops.scatter_update(values, indices, ops.cast(value, values.dtype)),
+    )
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -57,8 +64,8 @@ class MultiHeadAttention(keras.layers.Layer):
     slower for forward+backward on CPU (`python benchmarks/attention.py`), and a single path
     keeps the numbers identical everywhere.
 
-    For incremental decoding the layer takes a `cache` of keys and values, shaped
-    (B, 2, S_max, H, D_k) with keys at index 0 and values at index 1:
+    For incremental decoding the layer takes a `cache` of keys and values: a pair
+    `(keys, values)` of head-major (B, H, S_max, D_k) tensors:
 
     - self-attention: pass `cache` and `cache_update_index`; the keys/values of the new
       query positions are written into the cache at that index, attention runs over the
@@ -84,7 +91,7 @@ class MultiHeadAttention(keras.layers.Layer):
         key: (B, S, d_model); defaults to `value`.
         attention_mask: bool, broadcastable to (B, T, S); True = may attend.
         return_attention_scores: also return the attention weights (B, H, T, S).
-        cache: optional (B, 2, S_max, H, D_k) key/value cache (see above).
+        cache: optional `(keys, values)` cache, each (B, H, S_max, D_k) (see above).
         cache_update_index: int or scalar tensor; where the new keys/values go.
         training: whether dropout is active.
 
@@ -158,22 +165,20 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def _split_heads(self, x, head_dim: int):
         shape = ops.shape(x)
-        return ops.reshape(x, (shape[0], shape[1], self.num_heads, head_dim))  # (B, L, H, D)
+        x = ops.reshape(x, (shape[0], shape[1], self.num_heads, head_dim))  # (B, L, H, D)
+        return ops.transpose(x, (0, 2, 1, 3))  # (B, H, L, D)
 
     def project_key_value(self, key, value):
-        """Projects keys and values to heads: two (B, S, H, D) tensors."""
-        k = self._split_heads(self.key_dense(key), self.key_dim)  # (B, S, H, Dk)
-        v = self._split_heads(self.value_dense(value), self.value_dim)  # (B, S, H, Dv)
+        """Projects keys and values to heads: two head-major (B, H, S, D) tensors."""
+        k = self._split_heads(self.key_dense(key), self.key_dim)  # (B, H, S, Dk)
+        v = self._split_heads(self.value_dense(value), self.value_dim)  # (B, H, S, Dv)
         return k, v
 
     def compute_cache(self, value, key=None):
-        """Precomputes the (B, 2, S, H, D) key/value cache of a fixed sequence (cross-attention).
-
-        Requires `value_dim == key_dim` (keys and values share the cache tensor).
-        """
+        """Precomputes the `(keys, values)` cache of a fixed sequence (cross-attention):
+        two (B, H, S, D) tensors."""
         key = value if key is None else key
-        k, v = self.project_key_value(key, value)
-        return ops.stack([k, v], axis=1)  # (B, 2, S, H, D)
+        return self.project_key_value(key, value)
 
     def call(
         self,
@@ -187,18 +192,18 @@ class MultiHeadAttention(keras.layers.Layer):
         training=None,
     ):
         key = value if key is None else key
-        q = self._split_heads(self.query_dense(query), self.key_dim)  # (B, T, H, Dk)
+        q = self._split_heads(self.query_dense(query), self.key_dim)  # (B, H, T, Dk)
 
         if cache is not None and cache_update_index is None:
-            k, v = cache[:, 0, ...], cache[:, 1, ...]  # (B, S, H, D): precomputed
+            k, v = cache  # (B, H, S, D): precomputed
         else:
-            k, v = self.project_key_value(key, value)  # (B, S_new, H, D)
+            k, v = self.project_key_value(key, value)  # (B, H, S_new, D)
             if cache is not None:
-                cache = write_cache(cache, cache_update_index, k, v)  # (B, 2, S_max, H, D)
-                k, v = cache[:, 0, ...], cache[:, 1, ...]  # (B, S_max, H, D)
+                cache = write_cache(cache, cache_update_index, k, v)
+                k, v = cache  # (B, H, S_max, D)
 
         q = q * ops.cast(1.0 / math.sqrt(self.key_dim), q.dtype)
-        scores = ops.einsum("bthd,bshd->bhts", q, k)  # (B, H, T, S)
+        scores = ops.einsum("bhtd,bhsd->bhts", q, k)  # (B, H, T, S)
         # Softmax in float32 for stability under mixed precision.
         scores = ops.cast(scores, "float32")
         if attention_mask is not None:
@@ -211,7 +216,7 @@ class MultiHeadAttention(keras.layers.Layer):
             weights = ops.where(ops.any(mask, axis=-1, keepdims=True), weights, 0.0)
         weights = ops.cast(weights, self.compute_dtype)
         attended = ops.einsum(
-            "bhts,bshd->bthd", self.dropout_layer(weights, training=training), v
+            "bhts,bhsd->bthd", self.dropout_layer(weights, training=training), v
         )  # (B, T, H, Dv)
         shape = ops.shape(attended)
         attended = ops.reshape(attended, (shape[0], shape[1], self.num_heads * self.value_dim))

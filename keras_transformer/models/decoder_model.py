@@ -198,8 +198,8 @@ class TransformerDecoderModel(keras.Model):
         """Caches for decoding up to `max_length` positions.
 
         Returns:
-            `(self_attention_cache, prompt_ids)`: N per-layer zero (B, 2, T_max, H, D)
-            tensors, and the prompt ids (B, P + 1) (one padding column added, so a prompt
+            `(self_attention_cache, prompt_ids)`: N per-layer zero `(keys, values)` of
+            (B, H, T_max, D), and the prompt ids (B, P + 1) (one padding column added, so a prompt
             of width 0 can be read too), which `decode_step` takes as its
             `cross_attention_cache` argument.
         """
@@ -217,7 +217,7 @@ class TransformerDecoderModel(keras.Model):
             token_ids: int (B, T_new), the tokens at positions
                 `cache_update_index .. cache_update_index + T_new - 1`.
             prompt_padding_mask: bool (B, P), True at real prompt tokens.
-            cache: self-attention cache, N x (B, 2, T_max, H, D).
+            cache: self-attention cache, N x `(keys, values)` of (B, H, T_max, D).
             prompt_ids: int (B, P + 1), from `init_decoding_cache`.
             cache_update_index: int or scalar int tensor.
 

@@ -228,8 +228,9 @@ class Transformer(keras.Model):
         """Caches for decoding up to `max_length` target tokens.
 
         Returns:
-            `(self_attention_cache, cross_attention_cache)`: tuples of N per-layer tensors,
-            zeros (B, 2, T_max, H, D) and the projected encoder keys/values (B, 2, S, H, D).
+            `(self_attention_cache, cross_attention_cache)`: tuples of N per-layer
+            `(keys, values)` pairs, zeros (B, H, T_max, D) and the projected encoder
+            keys/values (B, H, S, D).
             Both are nests that `tf.nest.map_structure` can reorder (beam search).
         """
         batch_size = keras.ops.shape(encoder_output)[0]
@@ -247,8 +248,8 @@ class Transformer(keras.Model):
             token_ids: int (B, T_new), the tokens at positions
                 `cache_update_index .. cache_update_index + T_new - 1`.
             source_padding_mask: bool (B, S).
-            cache: self-attention cache, N x (B, 2, T_max, H, D).
-            cross_attention_cache: N x (B, 2, S, H, D).
+            cache: self-attention cache, N x `(keys, values)` of (B, H, T_max, D).
+            cross_attention_cache: N x `(keys, values)` of (B, H, S, D).
             cache_update_index: int or scalar int tensor.
 
         Returns:
