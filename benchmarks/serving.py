@@ -30,9 +30,10 @@ Soak mode (`--soak-minutes M`, 10 for the full soak) starts the stand-in as its 
 minutes: REST and gRPC half each, `--soak-bad-fraction` bad requests of six kinds (each must
 get its expected status), and publishes a new version halfway. It reports requests, failed
 valid requests (must be 0), p50/p95, and the server's resident memory at start and end
-(growth must stay under 10%). Run:
+(growth must stay under 10%); the start is taken after `--soak-warmup-seconds` of the same
+traffic, unmeasured. Run:
 
-    python benchmarks/serving.py [--run-dir RUN] [--beam-size 4] [--requests 64]
+    python benchmarks/serving.py [--run-dir RUN] [--beam-size 4] [--requests 256]
     python benchmarks/serving.py --run-dir RUN --soak-minutes 10
 """
 
