@@ -33,6 +33,11 @@ LR_DECAYS = ("inverse_sqrt", "linear", "cosine")
 
 # Decoding (`decoding.BatchDecoder`, the `translate`/`evaluate`/`export` commands).
 DECODING_METHODS = ("greedy", "beam", "sample")
+# `decoding.BatchDecoder`'s generic defaults (and its graph functions'): the GNMT length
+# penalty of beam search and each sentence's limit `a * source_length + b`.
+DEFAULT_LENGTH_PENALTY = 0.6
+DEFAULT_MAX_LENGTH_A = 1.0
+DEFAULT_MAX_LENGTH_B = 50
 # Translation's decoding defaults (`Translator`, so the `translate`/`evaluate`/`export`
 # commands and exports; `decoding.BatchDecoder` itself keeps generic ones, as a language
 # model's `max_length_b` counts new tokens at `max_length_a=1`), chosen on Multi30k's

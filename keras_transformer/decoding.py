@@ -50,7 +50,15 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.constants import BOS_ID, DECODING_METHODS, EOS_ID, JIT_COMPILE_OPTIONS
+from keras_transformer.constants import (
+    BOS_ID,
+    DECODING_METHODS,
+    DEFAULT_LENGTH_PENALTY,
+    DEFAULT_MAX_LENGTH_A,
+    DEFAULT_MAX_LENGTH_B,
+    EOS_ID,
+    JIT_COMPILE_OPTIONS,
+)
 from keras_transformer.validation import (
     check_int,
     check_lengths,
@@ -92,8 +100,8 @@ def max_decode_lengths(
     source_ids: Any,
     pad_id: int = 0,
     max_length: int | Any = 256,
-    max_length_a: float = 1.0,
-    max_length_b: int = 50,
+    max_length_a: float = DEFAULT_MAX_LENGTH_A,
+    max_length_b: int = DEFAULT_MAX_LENGTH_B,
 ) -> tf.Tensor:
     """Per-sentence output length limits `min(max_length, a * source_length + b)`.
 
@@ -389,7 +397,7 @@ def beam_search(
     num_steps: int | Any = None,
     *,
     beam_size: int = 4,
-    length_penalty: float = 0.6,
+    length_penalty: float = DEFAULT_LENGTH_PENALTY,
     early_stopping: bool = False,
     min_length: int = 0,
     bos_id: int = BOS_ID,
@@ -613,11 +621,11 @@ class BatchDecoder:
         model,
         method: str | None = None,
         beam_size: int = 4,
-        length_penalty: float = 0.6,
+        length_penalty: float = DEFAULT_LENGTH_PENALTY,
         early_stopping: bool = False,
         max_length: int | None = None,
-        max_length_a: float = 1.0,
-        max_length_b: int = 50,
+        max_length_a: float = DEFAULT_MAX_LENGTH_A,
+        max_length_b: int = DEFAULT_MAX_LENGTH_B,
         min_length: int = 0,
         temperature: float = 1.0,
         top_k: int | None = None,

@@ -92,12 +92,12 @@ def train_task(
     ```
     """
     from keras_transformer.data.pipeline import count_batches
+    from keras_transformer.training.run_loop import fit_and_save
     from keras_transformer.training.schedules import TransformerSchedule
     from keras_transformer.training.strategies import is_chief, make_strategy
     from keras_transformer.training.trainer import (
         TrainingResult,
         compile_model,
-        fit_and_save,
         load_or_train_tokenizers,
     )
 

@@ -72,7 +72,9 @@ def fit_and_save(
         checkpoint_dir=paths.checkpoints + suffix,
         keep_epoch_weights=max(t.average_last or 1, KEEP_EPOCH_WEIGHTS),
         log_dir=(paths.logs + suffix) if t.tensorboard else None,
-        early_stopping_patience=t.early_stopping_patience if validation_data else None,
+        early_stopping_patience=(
+            t.early_stopping_patience if validation_data is not None else None
+        ),
         monitor="val_loss" if validation_data is not None else "loss",
         use_ema=t.use_ema,
         max_minutes=t.max_minutes,
