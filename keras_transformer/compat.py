@@ -29,7 +29,12 @@ PRIVATE_SYMBOLS: tuple[tuple[str, str], ...] = (
     ("keras", "Model._compute_loss"),
     ("keras", "Model._loss_tracker"),  # an attribute of compiled models
     ("keras", "Model._initial_epoch"),  # an attribute of models
+    ("keras", "Model._distribute_strategy"),  # an attribute of models
+    ("tensorflow.python.distribute.distribute_lib", "_DefaultDistributionStrategy"),
     ("keras", "callbacks.BackupAndRestore._save_model"),  # overridden by training.callbacks
+    ("keras", "callbacks.BackupAndRestore._weights_path"),  # attributes of the callback
+    ("keras", "callbacks.BackupAndRestore._training_metadata_path"),
+    ("keras", "callbacks.BackupAndRestore._current_epoch"),
     ("keras", "callbacks.SwapEMAWeights._finalize_ema_values"),
     ("tensorflow_text.python.ops.sentencepiece_tokenizer", "_SentencepieceModelResource"),
     ("tensorflow_text", "SentencepieceTokenizer._model_resource"),  # an attribute
@@ -42,6 +47,10 @@ PRIVATE_SYMBOLS: tuple[tuple[str, str], ...] = (
 _INSTANCE_ATTRIBUTES = {
     "Model._loss_tracker",
     "Model._initial_epoch",
+    "Model._distribute_strategy",
+    "callbacks.BackupAndRestore._weights_path",
+    "callbacks.BackupAndRestore._training_metadata_path",
+    "callbacks.BackupAndRestore._current_epoch",
     "SentencepieceTokenizer._model_resource",
 }
 
@@ -98,7 +107,7 @@ def checked_length(length, end, max_length: int, name: str = "sequence length"):
         return tf.identity(length)
 
 
-# Keras `fit` internals (training.distributed, training.callbacks).
+# Keras `fit` and `tf.distribute` internals (training.distributed, training.callbacks).
 
 
 def in_multi_worker_mode(strategy) -> bool:
@@ -106,6 +115,26 @@ def in_multi_worker_mode(strategy) -> bool:
     from keras.src.backend.tensorflow import trainer
 
     return bool(trainer._collective_all_reduce_multi_worker(strategy))
+
+
+def is_default_strategy(strategy) -> bool:
+    """Whether `strategy` is TensorFlow's default strategy (the one in force outside any
+    `strategy.scope()`), which TF does not expose as a public class
+    (`tensorflow.python.distribute.distribute_lib._DefaultDistributionStrategy`)."""
+    from tensorflow.python.distribute import distribute_lib
+
+    return isinstance(strategy, distribute_lib._DefaultDistributionStrategy)
+
+
+def model_strategy(model: keras.Model):
+    """The strategy a model was built (or is being fit) under, `None` when it was none.
+
+    Keras' public `distribute_strategy` falls back to the default strategy, so it cannot
+    tell "none" from "the default"; the model's `_distribute_strategy` (set by Keras'
+    TensorFlow trainer in `__init__` and at the start of `fit`) can, and Keras' own
+    `_maybe_symbolic_build` reads it for that reason.
+    """
+    return getattr(model, "_distribute_strategy", None)
 
 
 def symbolic_build(model: keras.Model, data_batch) -> None:
@@ -132,6 +161,23 @@ def track_loss(model: keras.Model, loss, batch_size) -> None:
 def set_initial_epoch(model: keras.Model, epoch: int) -> None:
     """Makes `fit` start at `epoch` (what `BackupAndRestore` does after a restore)."""
     model._initial_epoch = epoch
+
+
+def backup_files(callback: keras.callbacks.BackupAndRestore) -> tuple[str, str]:
+    """The two files `BackupAndRestore._save_model` writes: the weights and the training
+    metadata (its `_weights_path` and `_training_metadata_path`)."""
+    return callback._weights_path, callback._training_metadata_path
+
+
+def backup_epoch(callback: keras.callbacks.BackupAndRestore) -> int:
+    """The epoch `BackupAndRestore._save_model` records (its `_current_epoch`)."""
+    return callback._current_epoch
+
+
+def set_backup_epoch(callback: keras.callbacks.BackupAndRestore, epoch: int) -> None:
+    """Sets the epoch `BackupAndRestore._save_model` records (its `_current_epoch`, which
+    Keras itself updates only at the end of an epoch)."""
+    callback._current_epoch = epoch
 
 
 def finalize_ema_values(callback) -> None:

@@ -15,15 +15,15 @@ run (no Docker). Its parts, one idea each:
   ``tensorflow-serving-api``;
 * ``cli``: ``tensorflow_model_server``'s flags.
 
-Start it with ``keras-transformer serve --model_base_path BASE/NAME --model_name NAME`` or,
-from Python, ``with start_server("BASE/NAME", "NAME", port=0) as server: server.url``.
+Start it with ``keras-transformer serve --model_base_path BASE/NAME --model_name NAME`` (or
+``python -m keras_transformer.serving`` with the same flags) or, from Python,
+``with start_server("BASE/NAME", "NAME", port=0) as server: server.url``.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import sys
 from collections.abc import Sequence
 
 from keras_transformer.serving.config import (
@@ -242,9 +242,3 @@ def start_server(
     except BaseException:
         server.stop()
         raise
-
-
-if __name__ == "__main__":
-    from keras_transformer.serving.cli import main
-
-    sys.exit(main())

@@ -10,7 +10,13 @@ import os
 import keras
 
 from keras_transformer import storage
-from keras_transformer.compat import finalize_ema_values, set_initial_epoch
+from keras_transformer.compat import (
+    backup_epoch,
+    backup_files,
+    finalize_ema_values,
+    set_backup_epoch,
+    set_initial_epoch,
+)
 from keras_transformer.validation import check_positive_int
 
 logger = logging.getLogger(__name__)
@@ -79,7 +85,7 @@ class ResumableBackupAndRestore(keras.callbacks.BackupAndRestore):
     def on_epoch_begin(self, epoch, logs=None):
         # Keras only updates the epoch at epoch end, so backups taken during the first
         # epoch after a restart would otherwise record epoch 0.
-        self._current_epoch = epoch
+        set_backup_epoch(self, epoch)
         self._steps_done = self._skip
 
     def on_train_batch_end(self, batch, logs=None):
@@ -105,12 +111,12 @@ class ResumableBackupAndRestore(keras.callbacks.BackupAndRestore):
             self._save_model()
 
     def _save_model(self):
-        for path in (self._weights_path, self._training_metadata_path):
+        for path in backup_files(self):
             storage.clear_for_rewrite(path)  # Keras overwrites them (ram:// would append)
         super()._save_model()
         storage.write_text(
             self._state_path,
-            json.dumps({"epoch": self._current_epoch, "steps": self._steps_done}),
+            json.dumps({"epoch": backup_epoch(self), "steps": self._steps_done}),
         )
 
 

@@ -41,7 +41,7 @@ from keras_transformer.compat import in_multi_worker_mode
 
 def is_distributed(strategy: tf.distribute.Strategy | None) -> bool:
     """Whether `strategy` is a strategy made by the user, not TensorFlow's default one."""
-    return strategy is not None and type(strategy).__name__ != "_DefaultDistributionStrategy"
+    return strategy is not None and not compat.is_default_strategy(strategy)
 
 
 class DistributedTrainingMixin:
@@ -64,7 +64,7 @@ class DistributedTrainingMixin:
         strategy = (
             tf.distribute.get_strategy()
             if tf.distribute.has_strategy()
-            else getattr(self, "_distribute_strategy", None)
+            else compat.model_strategy(self)
         )
         per_replica = jit_compile is True and is_distributed(strategy)
         super().compile(*args, jit_compile=False if per_replica else jit_compile, **kwargs)
@@ -76,7 +76,7 @@ class DistributedTrainingMixin:
         return self._per_replica_jit_compile
 
     def _maybe_symbolic_build(self, iterator=None, data_batch=None):
-        strategy = self._distribute_strategy
+        strategy = compat.model_strategy(self)
         if strategy is None:
             return
         if iterator is not None:
