@@ -43,14 +43,19 @@ METRICS = ("bleu", "chrf", "chrf++", "ter")
 
 @dataclass
 class EvaluationResult:
-    """Corpus-level scores.
+    """What every task's evaluation returns (`keras_transformer.runner.evaluate_run`).
 
     Attributes:
-        scores: metric name -> corpus score (0-100).
-        signatures: metric name -> sacreBLEU signature string.
-        details: metric name -> sacreBLEU's full line (e.g. BLEU's n-gram precisions).
-        num_sentences: number of scored sentences.
-        hypotheses: the scored hypotheses.
+        scores: metric name -> corpus score (sacreBLEU's 0-100 for translation; accuracy,
+            perplexity and loss for the other tasks), the task's main metric first.
+        signatures: metric name -> sacreBLEU signature string (translation).
+        details: metric name -> its line of `format()` (sacreBLEU's full line for
+            translation, e.g. BLEU's n-gram precisions).
+        num_sentences: number of scored sentences (examples).
+        hypotheses: the scored hypotheses (translation).
+        task: the run's task.
+        data: what was scored (`"<source>:<split>"` or a file), when known.
+        settings: how it was produced (a translation's decoding method, beam size, ...).
     """
 
     scores: dict[str, float]
@@ -58,18 +63,38 @@ class EvaluationResult:
     details: dict[str, str]
     num_sentences: int
     hypotheses: list[str] = field(default_factory=list, repr=False)
+    task: str = "translation"
+    data: str = ""
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of_scores(
+        cls, scores: dict[str, float], *, task: str, data: str, num_sentences: int, main: str
+    ) -> EvaluationResult:
+        """A result of plain scores (no sacreBLEU signature), `main` first."""
+        names = [main] + sorted(k for k in scores if k != main)
+        ordered = {name: scores[name] for name in names}
+        details = {name: f"{name} = {value:.4f}" for name, value in ordered.items()}
+        return cls(ordered, {}, details, num_sentences, task=task, data=data)
 
     def format(self) -> str:
-        """One line per metric, as sacreBLEU prints it: `NAME|signature = score ...`."""
-        return "\n".join(self.details[name] for name in self.scores)
+        """One line per metric (as sacreBLEU prints it for translation), after a line that
+        says what was scored when `data` is known."""
+        lines = [self.details[name] for name in self.scores]
+        if self.data:
+            lines.insert(0, f"{self.task} on {self.data} ({self.num_sentences} sentences)")
+        return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
         """Scores, signatures and details as a JSON-serializable dict."""
         return {
+            "task": self.task,
+            "data": self.data,
             "scores": dict(self.scores),
             "signatures": dict(self.signatures),
             "details": dict(self.details),
             "num_sentences": self.num_sentences,
+            **self.settings,
         }
 
 

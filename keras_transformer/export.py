@@ -1,6 +1,7 @@
-"""Export a `Translator` as a string-in/string-out SavedModel for TF Serving.
+"""The one export: a trained run of any task as a string-in SavedModel for TF Serving.
 
-`export_translator` writes `BASE/NAME/VERSION/` with `keras.export.ExportArchive`:
+`export_run(run_dir, base_path)` (or `export_predictor(predictor, base_path)`) writes
+`BASE/NAME/VERSION/` with `keras.export.ExportArchive` (`publish_saved_model`):
 
 - into a hidden temporary folder beside the version folders first (TF Serving only picks up
   folders named by an integer), then renamed into place once complete and checked, so a
@@ -12,18 +13,10 @@
   nothing outside the version folder is needed;
 - with only ops that TF Serving's model server ships (`keras_transformer.serving.ops`).
 
-Signatures (named inputs, dict outputs of dense tensors):
-
-| signature | inputs | outputs |
-| --- | --- | --- |
-| `serving_default` | `sentences` str (N,) | `translations` str (N,), `scores` float32 (N,) |
-| `translate_nbest` | `sentences` str (N,) | `translations` str (N, K), `scores` float32 (N, K) |
-| `tokenize` | `sentences` str (N,) | `token_ids` int32 (N, S) 0-padded, `lengths` int32 (N,) |
-| `detokenize` | `token_ids` int32 (N, T) | `sentences` str (N,) |
-
-`tokenize` uses the source tokenizer and `detokenize` the target one. Decoding uses the
-translator's method, beam size (K), length penalty and length limits at export time.
-Scores are the decoder's (length-penalized log-probabilities; higher is better).
+The signatures are the task's (`keras_transformer.tasks.Task.serving_endpoints`, listed in
+each task module's docstring: `tasks/translation.py` for a translator's `serving_default`,
+`translate_nbest`, `tokenize`, `detokenize`); `assets.extra/export_info.json` records them
+with the task's settings (`Task.export_info`: decoding, labels, the architecture).
 """
 
 from __future__ import annotations
@@ -35,17 +28,16 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import keras
 import tensorflow as tf
 
 from keras_transformer import storage
-from keras_transformer.translator import Translator
 from keras_transformer.validation import check_positive_int
 
 logger = logging.getLogger(__name__)
 
-SIGNATURES = ("serving_default", "translate_nbest", "tokenize", "detokenize")
 _TMP_PREFIX = ".tmp-export-"
 # What a server needs last. TF Serving's file_system_storage_path_source.cc picks up every
 # child of the base path whose name parses as a number (`ParseVersionNumber`), whatever is
@@ -71,60 +63,27 @@ def next_version(model_dir: str) -> int:
     return versions[-1] + 1 if versions else 1
 
 
-def _serving_functions(translator: Translator) -> dict[str, tf.types.experimental.GenericFunction]:
-    sentences_spec = tf.TensorSpec([None], tf.string, name="sentences")
-    model, source, target = (
-        translator.model,
-        translator.source_tokenizer,
-        translator.target_tokenizer,
-    )
-    pad_id = int(model.pad_id)
-
-    @tf.function(input_signature=[sentences_spec])
-    def serving_default(sentences):
-        translations, scores = translator.translate_strings(sentences)
-        return {"translations": translations, "scores": scores}
-
-    @tf.function(input_signature=[sentences_spec])
-    def translate_nbest(sentences):
-        translations, scores = translator.translate_strings_nbest(sentences)
-        return {"translations": translations, "scores": scores}
-
-    @tf.function(input_signature=[sentences_spec])
-    def tokenize(sentences):
-        ragged = tf.cast(source.tokenize(sentences), tf.int32)  # (N, None)
-        return {
-            "token_ids": ragged.to_tensor(default_value=pad_id),  # (N, S)
-            "lengths": tf.cast(ragged.row_lengths(), tf.int32),  # (N,)
-        }
-
-    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32, name="token_ids")])
-    def detokenize(token_ids):
-        return {"sentences": target.detokenize(token_ids)}
-
-    return {
-        "serving_default": serving_default,
-        "translate_nbest": translate_nbest,
-        "tokenize": tokenize,
-        "detokenize": detokenize,
-    }
-
-
-def export_translator(
-    translator: Translator,
+def export_predictor(
+    predictor: Any,
     base_path: str,
-    model_name: str = "transformer",
+    model_name: str | None = None,
     version: int | None = None,
     check_ops: bool = True,
     allowed_ops: Iterable[str] | None = None,
 ) -> str:
-    """Writes `translator` as SavedModel `base_path/model_name/version` for TF Serving.
+    """Writes a predictor of any task as SavedModel `base_path/model_name/version` for TF
+    Serving, with its task's signatures (`Task.serving_endpoints`).
+
+    Build the predictor with `jit_compile=False` where it decodes: TF Serving does not
+    compile XLA (the op check refuses it).
 
     Args:
-        translator: the `Translator` to export (its decoding settings are baked in).
+        predictor: a `Translator`, `TextTagger`, `TextClassifier` or `TextGenerator`
+            (`keras_transformer.predictors`; its decoding settings are baked in).
         base_path: TF Serving's model base path's parent: the export lands in
             `base_path/model_name/<version>`.
-        model_name: the model's folder (TF Serving's model name).
+        model_name: the model's folder (TF Serving's model name); by default the task's
+            (`transformer`, `tagger`, `classifier`, `generator`).
         version: a positive integer; defaults to the next free one. An existing version is
             never overwritten.
         check_ops: refuse to publish a graph with ops that TF Serving does not ship.
@@ -140,36 +99,68 @@ def export_translator(
     Example (not run as a doctest: it needs a trained run directory):
 
     ```python
-    translator = Translator.from_run_dir("runs/de-en", beam_size=4)
-    export_translator(translator, "exports")
+    translator = Translator.from_run_dir("runs/de-en", beam_size=4, jit_compile=False)
+    export_predictor(translator, "exports")
     # 'exports/transformer/1'
     ```
     """
-    tokenizers = [translator.source_tokenizer]
-    if translator.target_tokenizer is not translator.source_tokenizer:
-        tokenizers.append(translator.target_tokenizer)
-    info = {
-        "decoding": {
-            "method": translator.method,
-            "beam_size": translator.beam_size,
-            "length_penalty": translator.length_penalty,
-            "max_length": translator.decoder.max_length,
-            "max_length_a": translator.decoder.max_length_a,
-            "max_length_b": translator.decoder.max_length_b,
-        },
-        "source_eos": translator.source_eos,
-        "model": translator.model.transformer_config().to_dict(),
-    }
+    from keras_transformer.tasks import task_class
+
+    task = task_class(predictor.task)
     return publish_saved_model(
         base_path,
-        model_name,
+        model_name or task.model_name,
         version,
-        track=[translator.model, *tokenizers],
-        endpoints=_serving_functions(translator),
-        info=info,
+        track=task.export_track(predictor),
+        endpoints=task.serving_endpoints(predictor),
+        info=task.export_info(predictor),
         check_ops=check_ops,
         allowed_ops=allowed_ops,
     )
+
+
+def export_run(
+    run_dir: str,
+    base_path: str,
+    model_name: str | None = None,
+    version: int | None = None,
+    check_ops: bool = True,
+    **options: Any,
+) -> str:
+    """Exports a run directory of any task (its predictor built with `options`, e.g. the
+    decoding settings, and without XLA).
+
+    Args:
+        run_dir: the run directory.
+        base_path: the parent of the model's folder.
+        model_name: TF Serving's model name (default: the task's).
+        version: a positive integer (default: the next free one).
+        check_ops: refuse ops that TF Serving does not ship, and XLA.
+        **options: the predictor's arguments (`Translator`, `TextGenerator`: decoding).
+
+    Returns:
+        The path of the published version folder.
+
+    Example (not run as a doctest: it needs trained run directories):
+
+    ```python
+    export_run("runs/sentiment", "exports")  # 'exports/classifier/1'
+    export_run("runs/lm", "exports", method="sample", top_p=0.9, max_new_tokens=40)
+    ```
+    """
+    from keras_transformer.run_dir import run_task
+    from keras_transformer.tasks import task_class
+
+    task = task_class(run_task(run_dir))
+    if task.decodes:
+        options.setdefault("jit_compile", False)  # TF Serving does not compile XLA
+    elif options:
+        raise ValueError(
+            f"Received decoding options for a {task.name} run ({run_dir}), which does not "
+            f"decode. Received: {sorted(options)}"
+        )
+    predictor = task.load_predictor(run_dir, **options)
+    return export_predictor(predictor, base_path, model_name, version, check_ops)
 
 
 def publish_saved_model(
@@ -186,9 +177,9 @@ def publish_saved_model(
 ) -> str:
     """Writes a SavedModel of `endpoints` to `base_path/model_name/version`, atomically.
 
-    The steps every export of the package takes (`export_translator`,
-    `keras_transformer.export_tasks`): a hidden temporary folder, `keras.export.
-    ExportArchive` tracking `track` (models, tokenizers), `assets.extra/export_info.json`
+    The steps every export of the package takes (`export_predictor`): a hidden temporary
+    folder, `keras.export.ExportArchive` tracking `track` (models, tokenizers),
+    `assets.extra/export_info.json`
     (`info` plus the versions and signature names), the TF Serving op check, then one
     rename into place; nothing is left behind on failure.
 

@@ -7,7 +7,7 @@ RUN_DIR/
   tokenizers/source/spm.model  SentencePiece model of the source side
   tokenizers/target/spm.model  ... of the target side (same file content when shared)
   checkpoints/, backup/, logs/ training state (see `keras_transformer.training`)
-  bleu.jsonl                   validation BLEU against training minutes (`training.bleu_every`)
+  bleu.jsonl                   validation BLEU against training minutes (`translation.bleu_every`)
   labels.txt                   tagging and classification: the label names, in id order
 ```
 
@@ -60,6 +60,11 @@ class RunPaths:
         return os.path.join(self.root, "logs")
 
     @property
+    def labels(self) -> str:
+        """Tagging and classification: the label names, one a line, in id order."""
+        return os.path.join(self.root, "labels.txt")
+
+    @property
     def bleu_log(self) -> str:
         """Validation BLEU against training minutes, one JSON object per line."""
         return os.path.join(self.root, "bleu.jsonl")
@@ -77,7 +82,12 @@ def trained_with_source_eos(root: str) -> bool:
     if not storage.exists(path):
         return False
     config = yaml.safe_load(storage.read_text(path)) or {}
-    return bool((config.get("data") or {}).get("source_eos", False))
+    # `translation.source_eos`, or `data.source_eos` in the layout before the task sections.
+    for section in ("translation", "data"):
+        values = config.get(section) or {}
+        if "source_eos" in values:
+            return bool(values["source_eos"])
+    return False
 
 
 def run_task(root: str) -> str:
@@ -114,3 +124,28 @@ def load_run(root: str):
         SubwordTokenizer.load(paths.source_tokenizer),
         SubwordTokenizer.load(paths.target_tokenizer),
     )
+
+
+def write_labels(root: str, labels: tuple[str, ...]) -> str:
+    """Writes the label names, one a line, to `root/labels.txt`; returns the path."""
+    for label in labels:
+        if not label or "\n" in label:
+            raise ValueError(
+                "Received an invalid label name, expected a non-empty single line. "
+                f"Received: {label!r}"
+            )
+    path = RunPaths(root).labels
+    storage.write_text(path, "".join(f"{label}\n" for label in labels))
+    return path
+
+
+def read_labels(root: str) -> tuple[str, ...]:
+    """The label names of a tagging or classification run (`root/labels.txt`)."""
+    path = RunPaths(root).labels
+    if not storage.exists(path):
+        raise FileNotFoundError(
+            f"Received an incomplete run directory {root!r}: expected {path!r} (the label "
+            "names of a tagging or classification run) to exist."
+        )
+    lines = storage.read_text(path).split("\n")
+    return tuple(line for line in lines if line)

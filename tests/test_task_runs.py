@@ -12,15 +12,13 @@ import textwrap
 import numpy as np
 import pytest
 import tensorflow as tf
+from keras_transformer.predictors import TextClassifier, TextGenerator, TextTagger
 
 from keras_transformer import TransformerDecoderModel, TransformerEncoderModel
-from keras_transformer.classifier import TextClassifier, TextTagger
 from keras_transformer.cli import main
 from keras_transformer.data.synthetic import CLASSIFICATION_LABELS, POS_TAGS
-from keras_transformer.generator import TextGenerator
-from keras_transformer.run_dir import RunPaths, load_run, run_task
+from keras_transformer.run_dir import RunPaths, load_run, read_labels, run_task
 from keras_transformer.serving.ops import graph_ops, load_allowed_ops, load_xla_ops
-from keras_transformer.tasks.data import read_labels
 
 RECIPES = {
     "tagging": "conll2003_pos",
@@ -30,7 +28,8 @@ RECIPES = {
 TEXTS = ["they watch the film .", "The old dog was not good!", ""]
 
 
-def _train_args(recipe, run_dir, tfds_dir):
+def _train_args(task, run_dir, tfds_dir):
+    layers = "num_decoder_layers" if task == "language_modeling" else "num_encoder_layers"
     overrides = [
         f"data.data_dir={tfds_dir}",
         "data.download=false",  # offline: the recipe falls back to its generated set
@@ -38,10 +37,8 @@ def _train_args(recipe, run_dir, tfds_dir):
         "data.max_validation_examples=32",
         "data.vocab_size=300",
         "data.batch_size=32",
-        "data.max_source_length=32",
-        "data.max_target_length=32",
-        "model.num_encoder_layers=1",
-        "model.num_decoder_layers=1",
+        f"{task}.max_length=32",
+        f"model.{layers}=1",
         "model.d_model=32",
         "model.d_ff=64",
         "model.max_length=32",
@@ -49,7 +46,7 @@ def _train_args(recipe, run_dir, tfds_dir):
         "training.steps_per_epoch=3",
         "training.verbose=0",
     ]
-    args = ["train", "--config", recipe, "--run-dir", run_dir]
+    args = ["train", "--config", RECIPES[task], "--run-dir", run_dir]
     for override in overrides:
         args += ["--set", override]
     return args
@@ -59,16 +56,16 @@ def _train_args(recipe, run_dir, tfds_dir):
 def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("task_runs")
     result = {}
-    for task, recipe in RECIPES.items():
+    for task in RECIPES:
         run_dir = str(root / task)
-        assert main(_train_args(recipe, run_dir, str(root / "tfds"))) == 0
+        assert main(_train_args(task, run_dir, str(root / "tfds"))) == 0
         result[task] = run_dir
     return result
 
 
 @pytest.fixture(scope="module")
 def exports(runs, tmp_path_factory):
-    from keras_transformer.export_tasks import export_run
+    from keras_transformer.export import export_run
 
     base = str(tmp_path_factory.mktemp("task_exports"))
     paths = {
@@ -125,11 +122,11 @@ def _perplexity(run_dir, split):
 def _independent_accuracy(task, run_dir, split):
     """Accuracy through another path: the classifier's texts through TextClassifier, the
     tagger's labelled pieces counted in numpy."""
+
     from keras_transformer.config import load_config
     from keras_transformer.constants import NO_TAG_ID
     from keras_transformer.data.task_pipeline import make_task_batches
     from keras_transformer.data.task_sources import load_classification_data, load_tagging_data
-    from keras_transformer.tasks.data import task_max_length
 
     if task == "classification":
         data = load_classification_data("synthetic_sentiment", split)
@@ -141,7 +138,7 @@ def _independent_accuracy(task, run_dir, split):
     data = load_tagging_data("synthetic_pos", split)
     hits = total = 0
     for x, y in make_task_batches(
-        "tagging", data.dataset, tokenizer, max_length=task_max_length(config), shuffle=False
+        "tagging", data.dataset, tokenizer, max_length=config.section.max_length, shuffle=False
     ):
         y = y.numpy()
         labelled = y != NO_TAG_ID
@@ -158,7 +155,7 @@ def test_cli_evaluate_reports_the_tasks_metric(runs, tmp_path, capsys):
         printed = capsys.readouterr().out
         with open(scores) as f:
             result = json.load(f)
-        assert result["task"] == task and result["examples"] == 40
+        assert result["task"] == task and result["num_sentences"] == 40
         main_metric = "perplexity" if task == "language_modeling" else "accuracy"
         assert printed.splitlines()[1] == f"{main_metric} = {result['scores'][main_metric]:.4f}"
         assert " on synthetic_" in printed.splitlines()[0]  # the offline fallback
@@ -319,6 +316,6 @@ def test_cli_generate_export_and_user_errors(runs, tmp_path, capsys):
     assert os.listdir(os.path.join(base, "classifier")) == ["1"]
     # User mistakes: one line on stderr, exit status 2.
     assert main(["generate", runs["tagging"], "x"]) == 2
-    assert "expected a language-modelling run" in capsys.readouterr().err
+    assert "Received a tagging run directory" in capsys.readouterr().err
     assert main(["export", runs["tagging"], "--base-path", base, "--beam-size", "2"]) == 2
-    assert "only a language model decodes" in capsys.readouterr().err
+    assert "--beam-size for a tagging run" in capsys.readouterr().err

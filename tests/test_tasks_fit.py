@@ -8,12 +8,8 @@ import pytest
 
 from keras_transformer.constants import BOS_ID, EOS_ID
 from keras_transformer.decoding import BatchDecoder
-from keras_transformer.tasks.models import (
-    TrainingDecoderModel,
-    TrainingEncoderModel,
-    task_loss_and_metrics,
-)
-from keras_transformer.training import compile_model
+from keras_transformer.tasks import task_class
+from keras_transformer.training import TrainingDecoderModel, TrainingEncoderModel, compile_model
 
 V = 16  # ids 4..15 are the tasks' tokens
 SMALL = {"num_layers": 2, "d_model": 32, "num_heads": 4, "d_ff": 64, "dropout": 0.0}
@@ -63,7 +59,7 @@ def progression_task(n, seed, length=10):
 
 def trained(model, task, x, y, steps, batch_size=32, **compile_kwargs):
     model(np.full((1, 2), 4, "int32"))
-    loss, metrics = task_loss_and_metrics(task, label_smoothing=0.0)
+    loss, metrics = task_class(task).loss_and_metrics(label_smoothing=0.0)
     compile_model(
         model, warmup_steps=100, jit_compile=False, loss=loss, metrics=metrics, **compile_kwargs
     )
@@ -147,7 +143,7 @@ def test_fit_under_mirrored_strategy(two_cpu_strategy, task):
     with two_cpu_strategy.scope():
         model = model_class(V, **kwargs, **SMALL, max_length=16)
         model(np.full((1, 2), 4, "int32"))
-        loss, metrics = task_loss_and_metrics(task, label_smoothing=0.1)
+        loss, metrics = task_class(task).loss_and_metrics(label_smoothing=0.1)
         compile_model(model, warmup_steps=100, loss=loss, metrics=metrics, jit_compile=False)
     history = model.fit(
         x,
@@ -179,7 +175,7 @@ def test_remat_and_mixed_precision_inside_fit():
         else:
             model = TrainingDecoderModel(V, **SMALL, max_length=16)
             model(np.full((1, 2), 4, "int32"))
-        loss, metrics = task_loss_and_metrics("language_modeling")
+        loss, metrics = task_class("language_modeling").loss_and_metrics(label_smoothing=0.0)
         compile_model(model, warmup_steps=10, loss=loss, metrics=metrics, jit_compile=False)
         models.append(model)
     initial = models[0].get_weights()
@@ -202,21 +198,24 @@ def test_remat_and_mixed_precision_inside_fit():
 def test_build_task_model_reads_the_config(recipe):
     """The recipe's model section: the encoder's or the decoder's layer count, the task's
     head, remat and the dtype policy."""
-    from keras_transformer.config import load_config
-    from keras_transformer.tasks.models import build_task_model
+    import types
 
+    from keras_transformer.config import load_config
+    from keras_transformer.tasks import get_task
+
+    layers = "num_decoder_layers=3" if recipe == "tiny_shakespeare" else "num_encoder_layers=2"
     config = load_config(
         recipe,
         [
             "model.d_model=32",
             "model.d_ff=64",
             "model.remat=true",
-            "model.num_encoder_layers=2",
-            "model.num_decoder_layers=3",
+            f"model.{layers}",
             "training.dtype_policy=mixed_bfloat16",
         ],
     )
-    model = build_task_model(config, 100, labels=("a", "b", "c"))
+    tokenizer = types.SimpleNamespace(vocab_size=100)
+    model = get_task(config).build_model((tokenizer, tokenizer), labels=("a", "b", "c"))
     assert model.dtype_policy.name == "mixed_bfloat16" and model.d_model == 32
     if config.task == "language_modeling":
         assert isinstance(model, TrainingDecoderModel) and model.num_layers == 3

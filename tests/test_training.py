@@ -225,6 +225,7 @@ def test_load_config_packaged_and_overrides(tmp_path):
         ("training.dtype_policy=float16", r"`training.dtype_policy`"),
         ("data.tokens_per_batch=null", r"exactly one of `data.batch_size`"),
         ("data.max_source_length=1000", r"model.max_length"),
+        ("translation.max_target_length=1", r"`translation.max_target_length`"),
         ("training.epochs", r"expected `section.key=value`"),
         ("training.epochs.x=1", r"'epochs' is not a section"),
         ("model=3", r"`model`, expected a mapping"),

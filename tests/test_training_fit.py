@@ -10,12 +10,18 @@ from keras_transformer.model_config import TransformerConfig
 from keras_transformer.training import (
     ResumableBackupAndRestore,
     TrainingTransformer,
-    build_model,
+    build_training_model,
     compile_model,
     make_callbacks,
 )
 
 VOCAB = 16
+
+
+def build_model(config, remat=False, dtype_policy="float32"):
+    """The `TrainingTransformer` of a `TransformerConfig`, built."""
+    arguments = {**config.to_dict(), "dtype": dtype_policy}
+    return build_training_model(TrainingTransformer, arguments, remat=remat)
 
 
 def copy_task(n, max_len=8, vocab=VOCAB, seed=0):
@@ -266,14 +272,14 @@ def test_mixed_precision_uses_loss_scaling():
     assert keras.config.dtype_policy().name == "float32"  # nothing global changed
     history = model.fit(dataset(64, 16), epochs=1, steps_per_epoch=2, verbose=0)
     assert np.isfinite(history.history["loss"][0])
-    assert model.to_transformer().dtype_policy.name == "mixed_float16"
+    assert model.to_plain().dtype_policy.name == "mixed_float16"
 
 
-def test_to_transformer_is_a_plain_transformer(tmp_path):
+def test_to_plain_is_a_plain_transformer(tmp_path):
     from keras_transformer import Transformer
 
     model = build_model(tiny_config())
-    plain = model.to_transformer()
+    plain = model.to_plain()
     assert type(plain) is Transformer and not isinstance(plain, TrainingTransformer)
     (source, target_in), _ = copy_task(2, seed=4)
     np.testing.assert_allclose(

@@ -14,7 +14,7 @@ from keras_transformer.cli import main
 from keras_transformer.config import load_config
 from keras_transformer.data import count_batches
 from keras_transformer.run_dir import RunPaths, load_run
-from keras_transformer.training import train
+from keras_transformer.runner import train
 from keras_transformer.training.averaging import average_weights
 from keras_transformer.training.budget import epoch_weight_files
 
@@ -40,18 +40,20 @@ def _weights(model):
 
 
 def test_count_batches_is_the_same_every_epoch(tmp_path, multi30k_dir):
-    from keras_transformer.training.trainer import (
-        load_or_train_tokenizers,
-        load_pairs,
-        make_datasets,
-    )
+    from keras_transformer.tasks import get_task
+    from keras_transformer.training.tokenizer_files import load_or_train_tokenizers
 
     config = _config(tmp_path, multi30k_dir)
-    pairs = load_pairs(config, "train")
+    task = get_task(config)
+    pairs = task.load_split("train")
     tokenizers = load_or_train_tokenizers(
-        config, RunPaths(str(tmp_path / "run")), pairs, tf.distribute.get_strategy()
+        config,
+        RunPaths(str(tmp_path / "run")),
+        task.tokenizer_texts(pairs),
+        tf.distribute.get_strategy(),
+        shared=task.shared_vocab,
     )
-    data, _ = make_datasets(config, pairs, None, tokenizers)
+    data = task.make_batches(pairs, tokenizers, shuffle=True)
     counted = count_batches(data)
     epochs = [sum(1 for _ in data) for _ in range(3)]  # reshuffled every epoch
     assert epochs == [counted] * 3 and counted >= 5

@@ -30,15 +30,13 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("foundation", ("constants", "validation", "compat", "storage", "masks", "model_config")),
     ("layers", ("layers",)),
     ("models", ("models",)),
+    ("configuration", ("config",)),
     ("text and data", ("tokenization", "data", "decoding", "evaluation", "run_dir")),
-    ("configuration", ("config", "tasks.config")),
-    (
-        "training and prediction",
-        ("training", "translator", "generator", "classifier", "visualization", "tasks.data"),
-    ),
+    ("prediction", ("predictors",)),
+    ("training", ("training",)),
     ("tasks", ("tasks",)),
     # serving.ops (TF Serving's op allow-list) is what an export is checked against.
-    ("export", ("export", "export_tasks", "serving.ops")),
+    ("one path", ("runner", "export", "serving.ops")),
     ("entry points", ("commands", "cli", "serving", "plotting")),
 )
 

@@ -9,8 +9,12 @@ SUMMARIES: dict[str, str] = {
     "modeling) from a YAML/JSON config (--config FILE --set key=value).",
     "export": "Export a trained run as a string-in/string-out SavedModel for TF Serving.",
     "serve": "Serve exports with TF Serving's REST and gRPC APIs (a development stand-in).",
-    "translate": "Translate sentences (arguments, a file or stdin) with a trained run.",
-    "generate": "Continue prompts (arguments, a file or stdin) with a trained language model.",
+    "predict": "Predict with a trained run of any task (texts from arguments, a file or "
+    "stdin): translations, continuations, tags or labels.",
+    "translate": "Translate sentences with a translation run (predict for translation).",
+    "generate": "Continue prompts with a language model (predict for language modeling).",
+    "tag": "Tag the words of sentences with a tagging run (predict for tagging).",
+    "classify": "Classify texts with a classification run (predict for classification).",
     "evaluate": "Score a trained run on a test set: BLEU and chrF (translation), accuracy "
     "(tagging, classification) or perplexity (language modeling).",
     "average": "Average the weights of a run's last N epochs into its model.",

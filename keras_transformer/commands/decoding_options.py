@@ -1,8 +1,10 @@
-"""The decoding options of `translate`, `evaluate` and `export`, defined once.
+"""The predictor options of `predict` (and its task aliases), `evaluate` and `export`,
+defined once: the search (for the tasks that decode), `--batch-size` and `--jit`.
 
-Their defaults are the `Translator`'s: `constants.TRANSLATION_DECODING_DEFAULTS`, else
-`keras_transformer.decoding.BatchDecoder`'s (read from its signature), so the command line
-decodes as the library does unless told otherwise.
+Options left unset keep the predictor's defaults (a translation's
+`constants.TRANSLATION_DECODING_DEFAULTS`, else `keras_transformer.decoding.BatchDecoder`'s,
+read from its signature), so the command line predicts as the library does unless told
+otherwise; an option a run's predictor does not take is refused, naming it.
 """
 
 from __future__ import annotations
@@ -69,20 +71,27 @@ def add_decoding_arguments(parser: argparse.ArgumentParser, runtime: bool = True
     group.add_argument("--top-k", type=int, default=None, help="Sample among the k best.")
     group.add_argument("--top-p", type=float, default=None, help="Nucleus sampling mass.")
     group.add_argument("--seed", type=int, default=None, help="Sampling seed (default: 0).")
+    group.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=None,
+        help="Language models: the most tokens generated after a prompt (default: 50).",
+    )
     if runtime:
         group.add_argument(
-            "--batch-size", type=int, default=64, help="Sentences per batch (default: 64)."
+            "--batch-size", type=int, default=None, help="Texts per batch (default: 64)."
         )
         group.add_argument(
             "--jit",
             choices=sorted(_JIT),
-            default="auto",
-            help="XLA compilation of the decoding loop: auto (XLA, falling back), on, off.",
+            default=None,
+            help="XLA compilation of the decoding loop: auto (the default: XLA, falling "
+            "back), on, off.",
         )
 
 
 def decoding_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """The `Translator`/`BatchDecoder` arguments the user set (others keep their defaults)."""
+    """The predictor arguments the user set (others keep their defaults)."""
     names = (
         "method",
         "beam_size",
@@ -94,17 +103,49 @@ def decoding_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "top_k",
         "top_p",
         "seed",
+        "max_new_tokens",
+        "batch_size",
     )
-    kwargs = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
-    if hasattr(args, "batch_size"):
-        kwargs["batch_size"] = args.batch_size
-    if hasattr(args, "jit"):
+    kwargs = {name: getattr(args, name) for name in names if getattr(args, name, None) is not None}
+    if getattr(args, "jit", None) is not None:
         kwargs["jit_compile"] = _JIT[args.jit]
     return kwargs
 
 
-def translator_from_args(args: argparse.Namespace, **overrides: Any):
-    """A `Translator` for `args.run_dir` with the decoding options of `args`."""
-    from keras_transformer.translator import Translator
+def predictor_options(args: argparse.Namespace, task: Any) -> dict[str, Any]:
+    """The options of `args` for the run's predictor (`task.predictor_class`).
 
-    return Translator.from_run_dir(args.run_dir, **{**decoding_kwargs(args), **overrides})
+    Raises:
+        ValueError: naming the options the predictor does not take (a search option for a
+            task that does not decode, `--max-new-tokens` for a translation, ...).
+    """
+    options = decoding_kwargs(args)
+    cls = task.predictor_class
+    accepted = _accepted_arguments(cls)
+    refused = sorted(name for name in options if accepted is not None and name not in accepted)
+    if refused:
+        flags = ", ".join(_flag(name) for name in refused)
+        raise ValueError(
+            f"Received {flags} for a {task.name} run ({args.run_dir}), whose "
+            f"{cls.__name__} does not take them."
+        )
+    return options
+
+
+def _accepted_arguments(cls: type) -> set[str] | None:
+    """The keyword arguments `cls.__init__` takes (None: any, through **kwargs), following
+    **kwargs that the class passes on to its decoder (`BatchDecoder`)."""
+    from keras_transformer.decoding import BatchDecoder
+
+    names: set[str] = set()
+    for function in (cls.__init__, BatchDecoder.__init__):
+        parameters = inspect.signature(function).parameters
+        names |= {n for n, p in parameters.items() if p.kind is not inspect.Parameter.VAR_KEYWORD}
+        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+            return names - {"self", "model"}
+    return None
+
+
+def _flag(name: str) -> str:
+    """The command-line flag of a predictor argument."""
+    return "--jit" if name == "jit_compile" else "--" + name.replace("_", "-")

@@ -9,7 +9,9 @@ Writes to `--out` (default `RUN_DIR/plots`) and prints each path:
 - `training_curves.png`: loss, accuracy, learning rate and validation BLEU per epoch
   (the run's TensorBoard logs and `bleu.jsonl`), when the run has them;
 - `bleu_over_time.png`: validation BLEU against training minutes (`bleu.jsonl`), when
-  the run scored BLEU (`training.bleu_every`).
+  the run scored BLEU (`translation.bleu_every`).
+
+The figures are a translation run's; a run of another task is refused in one line.
 
 Example:
 
@@ -80,10 +82,10 @@ def _figures(args: argparse.Namespace) -> dict:
         plot_training_curves,
         plot_translation_attention,
     )
+    from keras_transformer.predictors import Translator
     from keras_transformer.run_dir import RunPaths
     from keras_transformer.training.bleu import read_bleu_log
     from keras_transformer.training.curves import read_run_curves
-    from keras_transformer.translator import Translator
     from keras_transformer.visualization import translation_attention
 
     paths = RunPaths(args.run_dir)

@@ -1,8 +1,8 @@
 """`keras-transformer train --config FILE [--set key=value ...]`: train from a config.
 
 The config's `task` (translation by default; `tagging`, `classification`,
-`language_modeling`) picks what is trained: `--config synthetic_sentiment` or
-`--set task=classification`.
+`language_modeling`) picks what is trained: `--config imdb_reviews`, or `--set
+task=classification` on a config of one's own.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
         logger.error("%s", e)
         return 2
 
-    from keras_transformer.training import train
+    from keras_transformer.runner import train
 
     result = train(config)
     final = {k: v[-1] for k, v in result.history.history.items() if v}

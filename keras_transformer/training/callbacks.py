@@ -6,6 +6,7 @@ import importlib.util
 import json
 import logging
 import os
+from collections.abc import Sequence
 
 import keras
 
@@ -160,7 +161,7 @@ def make_callbacks(
     use_ema: bool = False,
     max_minutes: float | None = None,
     start: float | None = None,
-    bleu: keras.callbacks.Callback | None = None,
+    task_callbacks: Sequence[keras.callbacks.Callback] = (),
     schedule=None,
     planned_steps: int | None = None,
 ) -> list[keras.callbacks.Callback]:
@@ -183,15 +184,16 @@ def make_callbacks(
             validation and the final model see the EMA (`SwapEMAWeights`).
         max_minutes: a wall-clock budget (`budget.TimeBudget`) counted from `start`.
         start: `time.monotonic()` at the start of the run.
-        bleu: a `bleu.BleuCallback`, placed before the logging callbacks so they see
-            `val_bleu`.
+        task_callbacks: the task's own callbacks (`Task.callbacks`: translation's
+            `bleu.BleuCallback`), placed before the logging callbacks so they see what
+            they log (`val_bleu`).
         schedule: the optimizer's `TransformerSchedule`: with `max_minutes` and a linear
             or cosine decay, `budget.BudgetHorizon` ends the decay with the budget.
         planned_steps: `epochs * steps_per_epoch`, the decay's end without a budget.
 
     Returns:
         `[TerminateOnNaN, ResumableBackupAndRestore, SwapEMAWeights, TimeBudget,
-        EpochWeights, ModelCheckpoint x2, BleuCallback, BudgetHorizon, TensorBoard,
+        EpochWeights, ModelCheckpoint x2, *task_callbacks, BudgetHorizon, TensorBoard,
         EarlyStopping, FinalizeEMAOnStop]`, without the disabled ones. Callbacks that may
         stop training belong before `FinalizeEMAOnStop`.
     """
@@ -227,8 +229,7 @@ def make_callbacks(
                 os.path.join(checkpoint_dir, "last.weights.h5"), save_weights_only=True
             )
         )
-    if bleu is not None:
-        callbacks.append(bleu)
+    callbacks.extend(task_callbacks)
     if max_minutes is not None and getattr(schedule, "horizon", None) is not None:
         callbacks.append(BudgetHorizon(schedule, max_minutes, start, planned_steps))
     if log_dir:

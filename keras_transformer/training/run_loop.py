@@ -36,7 +36,7 @@ def fit_and_save(
     steps_per_epoch: int,
     start: float,
     saved_model: Callable[[], keras.Model],
-    bleu: keras.callbacks.Callback | None = None,
+    task_callbacks: Sequence[keras.callbacks.Callback] = (),
     extra_callbacks: Sequence[keras.callbacks.Callback] | None = None,
 ) -> keras.callbacks.History:
     """The run loop every task shares: the run's callbacks, `model.fit`, checkpoint
@@ -53,7 +53,7 @@ def fit_and_save(
         steps_per_epoch: steps of one epoch (the planned end is `epochs` of them).
         start: `time.monotonic()` at the start of the run (the time budget's origin).
         saved_model: returns the model to save (the plain model, without training state).
-        bleu: the run's `BleuCallback`, if any.
+        task_callbacks: the task's own callbacks (`Task.callbacks`).
         extra_callbacks: more callbacks, after the run's own.
 
     Returns:
@@ -79,7 +79,7 @@ def fit_and_save(
         use_ema=t.use_ema,
         max_minutes=t.max_minutes,
         start=start,
-        bleu=bleu,
+        task_callbacks=task_callbacks,
         schedule=schedule,
         planned_steps=t.epochs * steps_per_epoch,
     )

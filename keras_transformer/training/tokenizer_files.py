@@ -91,7 +91,13 @@ def load_tokenizers(paths: RunPaths) -> tuple[Any, Any]:
 
 
 def load_or_train_tokenizers(
-    config: Any, paths: RunPaths, train_pairs: Any, strategy: Any, **train_kwargs: Any
+    config: Any,
+    paths: RunPaths,
+    train_pairs: Any,
+    strategy: Any,
+    *,
+    shared: bool,
+    **train_kwargs: Any,
 ) -> tuple[Any, Any]:
     """Loads the run's tokenizers, or trains them on `train_pairs` and publishes them.
 
@@ -102,6 +108,7 @@ def load_or_train_tokenizers(
     Args:
         config: the `ExperimentConfig` (its `data` section sizes the vocabulary).
         train_pairs: a dataset of `(source, target)` strings.
+        shared: one tokenizer for both sides (saved as both of the run's tokenizers).
         paths: the run directory.
         strategy: the run's strategy (who is the chief).
         **train_kwargs: passed to `train_sentencepiece`.
@@ -127,7 +134,7 @@ def load_or_train_tokenizers(
     source, target = train_tokenizers(
         train_pairs,
         d.vocab_size,
-        shared=d.shared_vocab,
+        shared=shared,
         model_type=d.tokenizer_model_type,
         max_sentences=d.tokenizer_max_sentences,
         seed=config.training.seed,

@@ -1,0 +1,92 @@
+"""`keras-transformer predict RUN_DIR [TEXT ...]`: what a trained run of any task says about
+texts: translations, continuations, tags or labels, one input a line.
+
+Texts come from the arguments, else from `--input FILE`, else from stdin, one per line.
+What is written per input is the task's (`Task.predict_lines`): a translation, the prompt
+with its continuation, `word/TAG` pairs, or `label<TAB>probability`; with `--nbest N` (tasks
+that decode), N lines `index<TAB>score<TAB>text` per input. `translate`, `generate`, `tag`
+and `classify` are the same command for a run of their task only.
+
+Example:
+
+    keras-transformer predict runs/de-en "Ein Hund läuft." --beam-size 4
+    keras-transformer tag runs/pos --input sentences.txt --output tagged.txt
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable, Iterator
+
+from keras_transformer import storage
+from keras_transformer.commands.decoding_options import add_decoding_arguments, predictor_options
+
+logger = logging.getLogger(__name__)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dir", help="The training run directory (model.keras, tokenizers/).")
+    parser.add_argument("texts", nargs="*", help="Texts (default: --input or stdin).")
+    parser.add_argument("--input", "-i", default=None, help="A file with one text a line.")
+    parser.add_argument("--output", "-o", default=None, help="Write here instead of stdout.")
+    parser.add_argument(
+        "--nbest",
+        type=int,
+        default=None,
+        help="Tasks that decode: write the N best as 'index<TAB>score<TAB>text' lines "
+        "(N <= beam size).",
+    )
+    parser.add_argument("--progress", action="store_true", help="Show a progress bar on stderr.")
+    add_decoding_arguments(parser)
+
+
+def read_lines(path: str | None) -> Iterator[str]:
+    """The lines of `path` (stdin for None or `-`), without their line ends."""
+    stream = sys.stdin if path in (None, "-") else storage.open_file(path)
+    try:
+        for line in stream:
+            yield line.rstrip("\n").rstrip("\r")
+    finally:
+        if stream is not sys.stdin:
+            stream.close()
+
+
+def run(args: argparse.Namespace, expected_task: str | None = None) -> int:
+    """Runs `predict` (or an alias that takes runs of `expected_task` only)."""
+    from keras_transformer.run_dir import run_task
+    from keras_transformer.tasks import task_class
+
+    task = task_class(run_task(args.run_dir))
+    if expected_task is not None and task.name != expected_task:
+        raise ValueError(
+            f"Received a {task.name} run directory ({args.run_dir}), expected a "
+            f"{expected_task} run."
+        )
+    if args.texts and args.input:
+        raise ValueError("Pass texts as arguments or --input, not both.")
+    if args.nbest is not None and not task.decodes:
+        raise ValueError(
+            f"Received --nbest for a {task.name} run ({args.run_dir}), which does not decode."
+        )
+    texts = list(args.texts) if args.texts else list(read_lines(args.input))
+    predictor = task.load_predictor(args.run_dir, **predictor_options(args, task))
+    out = sys.stdout if args.output in (None, "-") else storage.open_for_writing(args.output)
+    try:
+        for line in task.predict_lines(predictor, texts, nbest=args.nbest, progress=args.progress):
+            out.write(line + "\n")
+    finally:
+        if out is not sys.stdout:
+            out.close()
+            logger.info("Wrote the predictions of %d inputs to %s", len(texts), args.output)
+    return 0
+
+
+def task_command(task: str) -> tuple[Callable, Callable]:
+    """`(add_arguments, run)` of `predict` for runs of `task` only (the command aliases)."""
+
+    def run_for_task(args: argparse.Namespace) -> int:
+        return run(args, expected_task=task)
+
+    return add_arguments, run_for_task

@@ -1,0 +1,93 @@
+"""`evaluate_run`: scores a run of any task on a split of the data it was trained on (or
+other data), through its `Task`: sacreBLEU for translation, accuracy for tagging and
+classification, perplexity for language modelling."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from typing import Any
+
+from keras_transformer.evaluation import EvaluationResult
+from keras_transformer.run_dir import RunPaths
+from keras_transformer.validation import check_optional, check_positive_int
+
+
+def run_config(run_dir: str, overrides: list[str] | None = None) -> Any:
+    """The `ExperimentConfig` a run was trained with (`config.yaml`), with `overrides`
+    (`section.key=value`) applied: e.g. other data to evaluate on."""
+    from keras_transformer import storage
+    from keras_transformer.config import load_config
+
+    path = RunPaths(run_dir).config
+    if not storage.exists(path):
+        raise FileNotFoundError(
+            f"Received an incomplete run directory {run_dir!r}: expected {path!r} (the "
+            "experiment config it was trained with) to exist."
+        )
+    return load_config(path, overrides)
+
+
+def evaluate_run(
+    run_dir: str,
+    split: str = "test",
+    *,
+    source: str | None = None,
+    data_dir: str | None = None,
+    download: bool | None = None,
+    overrides: list[str] | None = None,
+    max_examples: int | None = None,
+    **options: Any,
+) -> EvaluationResult:
+    """Scores a run's model on a split of its task's data.
+
+    The data is the run's own (`data.source` of its `config.yaml`: what it was trained on)
+    unless `source` or `overrides` say otherwise.
+
+    Args:
+        run_dir: the run directory.
+        split: the split (TFDS slicing included).
+        source: another dataset than the run's `data.source`.
+        data_dir: the TFDS data folder (default: the run's).
+        download: whether TFDS may download (default: the run's).
+        overrides: more `section.key=value` changes to the run's config (e.g.
+            `translation.local_dir=...`).
+        max_examples: score only the first N examples.
+        **options: the task's evaluation options (`Task.evaluate`: a translation's
+            metrics, files and decoding settings; `batch_size` for the other tasks).
+
+    Returns:
+        An `EvaluationResult`.
+
+    Example (not run as a doctest: it needs a trained run directory):
+
+    ```python
+    evaluate_run("runs/sentiment", "test").scores  # {"accuracy": 0.97, "loss": 0.09}
+    ```
+    """
+    from keras_transformer.tasks import get_task
+
+    check_optional(check_positive_int, "max_examples", max_examples)
+    config = run_config(run_dir, overrides)
+    data_overrides = {
+        k: v
+        for k, v in (("source", source), ("data_dir", data_dir), ("download", download))
+        if v is not None
+    }
+    config = dataclasses.replace(config, data=dataclasses.replace(config.data, **data_overrides))
+    task = get_task(config)
+    _check_options(task, options)
+    return task.evaluate(run_dir, split, max_examples=max_examples, **options)
+
+
+def _check_options(task: Any, options: dict[str, Any]) -> None:
+    """Refuses, by name, options that the task's `evaluate` does not take."""
+    parameters = inspect.signature(task.evaluate).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return
+    unknown = sorted(set(options) - set(parameters))
+    if unknown:
+        raise ValueError(
+            f"Received evaluation options that a {task.name} run does not take: {unknown}; "
+            f"expected some of {sorted(set(parameters) - {'run_dir', 'split'})}."
+        )

@@ -1,0 +1,192 @@
+"""`Task`: what one task (translation, tagging, classification, language modelling) owns,
+so that training, evaluation, prediction and export run one path for every task.
+
+A task owns its config section (`config.task_sections`), loading a split, the texts its
+tokenizers learn from, the encoding of its training batches (the same functions its
+predictor encodes with, `keras_transformer.data`), its model, loss and metrics, its
+callbacks, its evaluation, its predictor and its export signatures. The code that drives
+tasks (`keras_transformer.runner`, `keras_transformer.export`, the commands) never
+branches on a task's name: it asks the task (`tasks.get_task`).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterator, Sequence
+from typing import Any, ClassVar
+
+import keras
+import tensorflow as tf
+
+from keras_transformer.data.task_sources import TaskData
+from keras_transformer.evaluation import EvaluationResult
+from keras_transformer.run_dir import RunPaths
+
+
+class Task(abc.ABC):
+    """One task of the package, built from an `ExperimentConfig` whose `task` is `name`.
+
+    Class attributes:
+        name: the task's name (`constants.TASKS`, the config's `task`).
+        model_name: the default TF Serving model name of its exports.
+        predictor_class: its predictor (`keras_transformer.predictors`).
+        main_metric: the score `evaluate` reports first.
+        decodes: whether its predictor searches (takes decoding options).
+        labelled: whether the run keeps label names (`labels.txt`).
+        hard_vocab_limit: whether `data.vocab_size` is exact (else a most: a recipe
+            sized for its TFDS dataset also trains on the much smaller offline set).
+
+    Args:
+        config: the experiment config.
+    """
+
+    name: ClassVar[str]
+    model_name: ClassVar[str]
+    predictor_class: ClassVar[type]
+    main_metric: ClassVar[str]
+    decodes: ClassVar[bool] = False
+    labelled: ClassVar[bool] = False
+    hard_vocab_limit: ClassVar[bool] = True
+
+    def __init__(self, config: Any) -> None:
+        if config.task != self.name:
+            raise ValueError(f"Received a config of task {config.task!r} for the {self.name} task.")
+        self.config = config
+
+    @property
+    def section(self) -> Any:
+        """The config's section of this task (`config.translation`, ...)."""
+        return self.config.section
+
+    # Data.
+
+    @abc.abstractmethod
+    def load_split(
+        self, split: str, *, validation: bool = False, limit: int | None = None
+    ) -> TaskData:
+        """The raw examples of a split (`validation`: the validation data's source)."""
+
+    @abc.abstractmethod
+    def tokenizer_texts(self, data: TaskData) -> tf.data.Dataset:
+        """`(source_text, target_text)` string pairs the tokenizers learn from (a single
+        tokenizer learns from the first, with `shared_vocab`)."""
+
+    @property
+    def shared_vocab(self) -> bool:
+        """One tokenizer for both sides (saved as both of the run's tokenizers)."""
+        return True
+
+    @abc.abstractmethod
+    def make_batches(
+        self,
+        data: TaskData,
+        tokenizers: tuple[Any, Any],
+        *,
+        shuffle: bool,
+        batch_size: int | None = None,
+    ) -> tf.data.Dataset:
+        """The encoded, length-bucketed, padded `(x, y)` batches of `data`, as the config's
+        `data` section says (`batch_size` overrides it)."""
+
+    # Model.
+
+    @abc.abstractmethod
+    def build_model(
+        self,
+        tokenizers: tuple[Any, Any],
+        labels: tuple[str, ...] | None,
+        *,
+        remat: bool | None = None,
+        dtype_policy: str | None = None,
+    ) -> keras.Model:
+        """The built training model (`training.models`), under the current strategy scope."""
+
+    @classmethod
+    @abc.abstractmethod
+    def loss_and_metrics(cls, label_smoothing: float) -> tuple[Any, list[Any]]:
+        """`(loss, metrics)` for `compile`."""
+
+    def callbacks(
+        self,
+        validation: TaskData | None,
+        tokenizers: tuple[Any, Any],
+        paths: RunPaths,
+        *,
+        start: float,
+        chief: bool,
+    ) -> list[keras.callbacks.Callback]:
+        """The task's own training callbacks (validation BLEU for translation)."""
+        return []
+
+    # After training.
+
+    @abc.abstractmethod
+    def evaluate(self, run_dir: str, split: str, **options: Any) -> EvaluationResult:
+        """Scores the run's model on a split of its data (or the `options`' data)."""
+
+    @classmethod
+    def load_predictor(cls, run_dir: str, **options: Any) -> Any:
+        """The run's predictor (`options`: its arguments, e.g. the decoding settings)."""
+        return cls.predictor_class.from_run_dir(run_dir, **options)
+
+    @classmethod
+    @abc.abstractmethod
+    def serving_endpoints(cls, predictor: Any) -> dict[str, tf.types.experimental.GenericFunction]:
+        """The export's signatures: name -> `tf.function` with an input signature."""
+
+    @classmethod
+    @abc.abstractmethod
+    def export_info(cls, predictor: Any) -> dict[str, Any]:
+        """What `export_info.json` records beyond the versions and signatures."""
+
+    @classmethod
+    def export_track(cls, predictor: Any) -> list[Any]:
+        """What the SavedModel tracks: the model and the tokenizers (tf-text resources)."""
+        tokenizers = list(dict.fromkeys(_tokenizers_of(predictor)))
+        return [predictor.model, *tokenizers]
+
+    @classmethod
+    @abc.abstractmethod
+    def predict_lines(
+        cls,
+        predictor: Any,
+        texts: Sequence[str],
+        *,
+        nbest: int | None = None,
+        progress: bool = False,
+    ) -> Iterator[str]:
+        """What `keras-transformer predict` writes for `texts`, one string a line (`nbest`:
+        the N best of a search, where the task decodes)."""
+
+
+def _tokenizers_of(predictor: Any) -> list[Any]:
+    names = ("source_tokenizer", "target_tokenizer", "tokenizer")
+    return [getattr(predictor, n) for n in names if getattr(predictor, n, None) is not None]
+
+
+def count_examples(dataset: tf.data.Dataset) -> int:
+    """The examples of a finite dataset (iterates it once)."""
+    return int(dataset.reduce(tf.constant(0, tf.int64), lambda count, _: count + 1))
+
+
+def encoded_task_batches(
+    task: Task, data: TaskData, tokenizer: Any, shuffle: bool, batch_size: int | None
+) -> tf.data.Dataset:
+    """The batches of a one-tokenizer task (`data.task_pipeline.make_task_batches`) with
+    the config's `data` options and the task section's `max_length`."""
+    from keras_transformer.data.task_pipeline import make_task_batches
+
+    d = task.config.data
+    return make_task_batches(
+        task.name,
+        data.dataset,
+        tokenizer,
+        batch_size=batch_size or d.batch_size,
+        tokens_per_batch=None if batch_size else d.tokens_per_batch,
+        pad_to_bucket=d.pad_to_bucket,
+        max_length=task.section.max_length,
+        bucket_step=d.bucket_step,
+        shuffle=shuffle,
+        shuffle_buffer_size=d.shuffle_buffer_size,
+        seed=task.config.training.seed,
+    )

@@ -1,0 +1,160 @@
+"""Language modelling: a causal decoder-only model over documents, cut into windows; its
+predictor continues prompts with the cached searches.
+
+Its config section is `language_modeling` (`config.task_sections.LanguageModelingConfig`).
+Export: `serving_default`: `prompts` str (N,) -> `continuations` str (N,), `texts` str (N,)
+(prompt and continuation), `scores` float32 (N,); `generate_nbest`: the same, (N, K). The
+decoding settings are baked in and recorded in `export_info.json`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from keras_transformer.constants import PAD_ID
+from keras_transformer.data.task_sources import TaskData
+from keras_transformer.evaluation import EvaluationResult
+from keras_transformer.predictors import TextGenerator
+from keras_transformer.tasks.base import Task, encoded_task_batches
+from keras_transformer.tasks.labelled import evaluate_with_keras, model_arguments, model_info
+from keras_transformer.tasks.registry import register_task
+from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy
+from keras_transformer.training.metrics import MaskedPerplexity, MaskedSparseCategoricalAccuracy
+from keras_transformer.training.models import TrainingDecoderModel, build_training_model
+
+
+@register_task
+class LanguageModelingTask(Task):
+    """A causal language model (`data.source`: a TFDS name, or the offline
+    `synthetic_text`)."""
+
+    name = "language_modeling"
+    model_name = "generator"
+    predictor_class = TextGenerator
+    main_metric = "perplexity"
+    decodes = True
+    hard_vocab_limit = False
+
+    def load_split(
+        self, split: str, *, validation: bool = False, limit: int | None = None
+    ) -> TaskData:
+        from keras_transformer.data.task_sources import load_language_modeling_data
+
+        d, s = self.config.data, self.section
+        data = load_language_modeling_data(
+            d.source,
+            split,
+            text_feature=s.text_feature,
+            document_separator=s.document_separator,
+            fallback=s.fallback,
+            data_dir=d.data_dir,
+            download=d.download,
+        )
+        return TaskData(data.dataset.take(limit), data.labels, data.origin) if limit else data
+
+    def tokenizer_texts(self, data: TaskData) -> tf.data.Dataset:
+        return data.dataset.map(lambda text: (text, ""))
+
+    def make_batches(
+        self,
+        data: TaskData,
+        tokenizers: tuple[Any, Any],
+        *,
+        shuffle: bool,
+        batch_size: int | None = None,
+    ) -> tf.data.Dataset:
+        return encoded_task_batches(self, data, tokenizers[0], shuffle, batch_size)
+
+    def build_model(
+        self,
+        tokenizers: tuple[Any, Any],
+        labels: tuple[str, ...] | None,
+        *,
+        remat: bool | None = None,
+        dtype_policy: str | None = None,
+    ) -> keras.Model:
+        m = self.config.model
+        arguments = model_arguments(self.config, tokenizers[0].vocab_size, dtype_policy)
+        arguments.update(
+            num_layers=m.num_decoder_layers, tie_output_embeddings=m.tie_output_embeddings
+        )
+        return build_training_model(
+            TrainingDecoderModel,
+            arguments,
+            remat=m.remat if remat is None else remat,
+        )
+
+    @classmethod
+    def loss_and_metrics(cls, label_smoothing: float) -> tuple[Any, list[Any]]:
+        loss = MaskedSparseCategoricalCrossentropy(label_smoothing=label_smoothing, pad_id=PAD_ID)
+        return loss, [
+            MaskedSparseCategoricalAccuracy(pad_id=PAD_ID, name="accuracy"),
+            MaskedPerplexity(pad_id=PAD_ID, name="perplexity"),
+        ]
+
+    def evaluate(
+        self,
+        run_dir: str,
+        split: str,
+        *,
+        max_examples: int | None = None,
+        batch_size: int | None = None,
+    ) -> EvaluationResult:
+        """Perplexity (exp of the mean cross-entropy of every token), token accuracy."""
+        return evaluate_with_keras(
+            self, run_dir, split, max_examples=max_examples, batch_size=batch_size
+        )
+
+    @classmethod
+    def serving_endpoints(cls, predictor: Any) -> dict[str, tf.types.experimental.GenericFunction]:
+        spec = tf.TensorSpec([None], tf.string, name="prompts")
+
+        @tf.function(input_signature=[spec])
+        def serving_default(prompts):
+            return predictor.generate_strings(prompts)
+
+        @tf.function(input_signature=[spec])
+        def generate_nbest(prompts):
+            return predictor.generate_strings_nbest(prompts)
+
+        return {"serving_default": serving_default, "generate_nbest": generate_nbest}
+
+    @classmethod
+    def export_info(cls, predictor: Any) -> dict[str, Any]:
+        decoder = predictor.decoder
+        return {
+            "task": cls.name,
+            "decoding": {
+                "method": decoder.method,
+                "beam_size": decoder.beam_size,
+                "length_penalty": decoder.length_penalty,
+                "max_length": decoder.max_length,
+                "max_new_tokens": predictor.max_new_tokens,
+                "temperature": decoder.temperature,
+                "top_k": decoder.top_k,
+                "top_p": decoder.top_p,
+                "seed": decoder.seed,
+            },
+            "model": model_info(predictor.model),
+        }
+
+    @classmethod
+    def predict_lines(
+        cls,
+        predictor: Any,
+        texts: Sequence[str],
+        *,
+        nbest: int | None = None,
+        progress: bool = False,
+    ) -> Iterator[str]:
+        """Each prompt with its continuation, a line; with `nbest`,
+        `index<TAB>score<TAB>text` lines."""
+        results = predictor.generate_nbest(texts, n=nbest or 1)
+        for index, (prompt, hypotheses) in enumerate(zip(texts, results)):
+            for text, score in hypotheses:
+                line = prompt + text
+                yield f"{index}\t{score:.4f}\t{line}" if nbest else line
