@@ -24,7 +24,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer.constants import NO_TAG_ID
-from keras_transformer.data.task_pipeline import classification_ids, tagging_ids
+from keras_transformer.data.encoding import classification_ids, tagging_ids
 from keras_transformer.validation import check_positive_int, check_tokenizer_pad_id
 
 

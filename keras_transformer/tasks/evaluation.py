@@ -80,7 +80,7 @@ def evaluate_run(
     ```
     """
     from keras_transformer.config import load_config
-    from keras_transformer.data.pipeline import count_batches
+    from keras_transformer.data.batching import count_batches
     from keras_transformer.data.task_pipeline import make_task_batches
     from keras_transformer.run_dir import RunPaths, load_run
     from keras_transformer.tasks.data import load_task_split, read_labels, task_max_length

@@ -91,7 +91,7 @@ def train_task(
     result = train_task(config)  # or keras_transformer.training.train(config)
     ```
     """
-    from keras_transformer.data.pipeline import count_batches
+    from keras_transformer.data.batching import count_batches
     from keras_transformer.training.run_loop import fit_and_save
     from keras_transformer.training.schedules import TransformerSchedule
     from keras_transformer.training.strategies import is_chief, make_strategy
