@@ -40,7 +40,7 @@ import keras
 import tensorflow as tf
 
 from keras_transformer import storage
-from keras_transformer.translator import Translator
+from keras_transformer.predictors import Translator
 from keras_transformer.validation import check_positive_int
 
 logger = logging.getLogger(__name__)

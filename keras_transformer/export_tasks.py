@@ -30,9 +30,8 @@ from typing import Any
 
 import tensorflow as tf
 
-from keras_transformer.classifier import TextClassifier, TextTagger
 from keras_transformer.export import publish_saved_model
-from keras_transformer.generator import TextGenerator
+from keras_transformer.predictors import TextClassifier, TextGenerator, TextTagger
 from keras_transformer.run_dir import run_task
 
 

@@ -14,10 +14,9 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer import TransformerDecoderModel, TransformerEncoderModel
-from keras_transformer.classifier import TextClassifier, TextTagger
 from keras_transformer.cli import main
 from keras_transformer.data.synthetic import CLASSIFICATION_LABELS, POS_TAGS
-from keras_transformer.generator import TextGenerator
+from keras_transformer.predictors import TextClassifier, TextGenerator, TextTagger
 from keras_transformer.run_dir import RunPaths, load_run, run_task
 from keras_transformer.serving.ops import graph_ops, load_allowed_ops, load_xla_ops
 from keras_transformer.tasks.data import read_labels

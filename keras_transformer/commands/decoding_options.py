@@ -105,6 +105,6 @@ def decoding_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 def translator_from_args(args: argparse.Namespace, **overrides: Any):
     """A `Translator` for `args.run_dir` with the decoding options of `args`."""
-    from keras_transformer.translator import Translator
+    from keras_transformer.predictors import Translator
 
     return Translator.from_run_dir(args.run_dir, **{**decoding_kwargs(args), **overrides})

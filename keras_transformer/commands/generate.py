@@ -41,7 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from keras_transformer.generator import TextGenerator
+    from keras_transformer.predictors import TextGenerator
     from keras_transformer.run_dir import run_task
 
     if args.prompts and args.input:
