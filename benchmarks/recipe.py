@@ -28,8 +28,8 @@ import tensorflow as tf  # noqa: E402
 from keras_transformer.config import load_config  # noqa: E402
 from keras_transformer.constants import MULTI30K_DIR_ENV_VAR  # noqa: E402
 from keras_transformer.evaluation import score_corpus  # noqa: E402
+from keras_transformer.predictors import Translator  # noqa: E402
 from keras_transformer.run_dir import RunPaths  # noqa: E402
-from keras_transformer.translator import Translator  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SETS = {

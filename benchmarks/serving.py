@@ -78,7 +78,7 @@ def read_lines(data_dir: str, filename: str) -> list[str]:
 
 def build_translator(args: argparse.Namespace):
     """(translator, description of the model) for a run dir or a random Multi30k model."""
-    from keras_transformer.translator import Translator
+    from keras_transformer.predictors import Translator
 
     decoding = {
         "beam_size": args.beam_size,

@@ -16,19 +16,17 @@ __version__ = "0.1.0"
 
 # Imported on first use: they pull in tensorflow-datasets / tensorflow-text.
 _LAZY_MODULES = (
-    "classifier",
     "data",
     "decoding",
     "evaluation",
     "export",
     "export_tasks",
-    "generator",
     "plotting",
+    "predictors",
     "serving",
     "tasks",
     "tokenization",
     "training",
-    "translator",
     "visualization",
 )
 

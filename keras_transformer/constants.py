@@ -11,7 +11,7 @@ PAD_ID = 0
 UNK_ID = 1
 BOS_ID = 2
 EOS_ID = 3
-# Tagging labels (`data.task_pipeline`): tag k of a dataset is label id k + 1, and id 0 marks
+# Tagging labels (`data.encoding`): tag k of a dataset is label id k + 1, and id 0 marks
 # what has no tag (the pieces after a word's first one, and padding), as PAD_ID does.
 NO_TAG_ID = 0
 

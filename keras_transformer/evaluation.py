@@ -265,7 +265,7 @@ def evaluate_translator(
 
     Args:
         translator: anything with `translate(list[str], progress=...) -> list[str]`
-            (a `keras_transformer.translator.Translator`).
+            (a `keras_transformer.predictors.Translator`).
         sources: the source sentences.
         references: their references (one per sentence, or several streams).
         metrics: names among `"bleu"`, `"chrf"`, `"chrf++"`, `"ter"`.

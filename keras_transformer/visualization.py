@@ -36,7 +36,7 @@ def translation_attention(
     """Translates `sentence` and returns the attention weights behind its translation.
 
     Args:
-        translator: a `keras_transformer.translator.Translator`.
+        translator: a `keras_transformer.predictors.Translator`.
         sentence: the source sentence.
         hypothesis: which of the translator's hypotheses (0 = best).
 

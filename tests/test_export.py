@@ -16,11 +16,11 @@ from multi30k_files import read_lines
 
 from keras_transformer import Transformer
 from keras_transformer.export import SIGNATURES, export_translator, next_version
+from keras_transformer.predictors import Translator
 from keras_transformer.serving.client import ServingClient, ServingError
 from keras_transformer.serving.ops import graph_ops, load_allowed_ops
 from keras_transformer.serving.server import start_server
 from keras_transformer.tokenization import train_sentencepiece
-from keras_transformer.translator import Translator
 
 SENTENCES = ["Ein Hund läuft über die Wiese.", "Zwei Männer spielen Fußball.", ""]
 

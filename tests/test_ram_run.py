@@ -13,10 +13,10 @@ from keras_transformer import Transformer, storage
 from keras_transformer.cli import main
 from keras_transformer.config import load_config
 from keras_transformer.export import export_translator
+from keras_transformer.predictors import Translator
 from keras_transformer.run_dir import RunPaths, load_run
 from keras_transformer.training import train
 from keras_transformer.training.tokenizer_files import ready_marker
-from keras_transformer.translator import Translator
 
 STEPS, EPOCHS = 3, 2
 

@@ -10,12 +10,8 @@ import tensorflow as tf
 from keras_transformer.config import load_config
 from keras_transformer.constants import BOS_ID, EOS_ID, NO_TAG_ID
 from keras_transformer.data import synthetic
-from keras_transformer.data.task_pipeline import (
-    classification_ids,
-    encode_task_examples,
-    language_model_windows,
-    make_task_batches,
-)
+from keras_transformer.data.encoding import classification_ids, language_model_windows
+from keras_transformer.data.task_pipeline import encode_task_examples, make_task_batches
 from keras_transformer.data.task_sources import (
     load_classification_data,
     load_language_modeling_data,

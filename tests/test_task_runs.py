@@ -12,11 +12,11 @@ import textwrap
 import numpy as np
 import pytest
 import tensorflow as tf
-from keras_transformer.predictors import TextClassifier, TextGenerator, TextTagger
 
 from keras_transformer import TransformerDecoderModel, TransformerEncoderModel
 from keras_transformer.cli import main
 from keras_transformer.data.synthetic import CLASSIFICATION_LABELS, POS_TAGS
+from keras_transformer.predictors import TextClassifier, TextGenerator, TextTagger
 from keras_transformer.run_dir import RunPaths, load_run, read_labels, run_task
 from keras_transformer.serving.ops import graph_ops, load_allowed_ops, load_xla_ops
 

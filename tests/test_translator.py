@@ -11,9 +11,11 @@ from multi30k_files import read_lines
 
 from keras_transformer import Transformer, cli
 from keras_transformer.constants import EOS_ID
+from keras_transformer.data import encode_pairs
+from keras_transformer.data.encoding import translation_source_ids
+from keras_transformer.predictors import Translator
 from keras_transformer.run_dir import RunPaths
 from keras_transformer.tokenization import train_sentencepiece
-from keras_transformer.translator import Translator
 from keras_transformer.visualization import translation_attention
 
 GERMAN = [
@@ -99,9 +101,18 @@ def test_sources_end_with_eos_as_the_model_was_trained(tokenizer, source_eos):
         assert ids == [row[:5] + [EOS_ID] for row in plain]
     else:
         assert ids == [row[:6] for row in plain]
-    # The graph path (export) encodes the same ids.
-    graph_ids = tf.function(translator._source_ids)(tf.constant(GERMAN))
+    # The graph path (export) and the training pipeline encode the same ids.
+    graph_ids = tf.function(
+        lambda s: translation_source_ids(tokenizer, s, 6, source_eos=source_eos)
+    )(tf.constant(GERMAN))
     assert graph_ids.to_list() == ids
+    pairs = tf.data.Dataset.from_tensor_slices((GERMAN, GERMAN)).filter(
+        lambda s, t: tf.strings.length(s) > 0  # training drops empty pairs
+    )
+    encoded = encode_pairs(
+        pairs, tokenizer, max_source_length=6, length_policy="truncate", source_eos=source_eos
+    )
+    assert [list(s.numpy()) for (s, _), _ in encoded] == [i for i, g in zip(ids, GERMAN) if g]
 
 
 def test_run_directories_record_source_eos(tmp_path, tokenizer):
@@ -231,7 +242,47 @@ def test_a_tokenizer_that_pads_with_another_id_is_refused(tokenizer):
     model.pad_id = 5
     with pytest.raises(ValueError, match="pad id differs.*expected pad_id=5. Received: pad_id=0"):
         Translator(model, tokenizer, tokenizer)
-    from keras_transformer.generator import TextGenerator
+    from keras_transformer.predictors import TextGenerator
 
     with pytest.raises(ValueError, match="expected pad_id=5. Received: pad_id=0"):
         TextGenerator(model, tokenizer)
+
+
+def test_batches_go_longest_first_and_results_come_back_in_order(tokenizer, monkeypatch):
+    from keras_transformer.decoding import BatchDecoder
+
+    translator = Translator(
+        CopyModel(tokenizer.vocab_size), tokenizer, tokenizer, beam_size=1, batch_size=2
+    )
+    widths = []
+    call = BatchDecoder.__call__
+    monkeypatch.setattr(
+        BatchDecoder, "__call__", lambda self, b: widths.append(b.shape[1]) or call(self, b)
+    )
+    assert translator.translate(GERMAN) == normalized(tokenizer, GERMAN)
+    assert widths == sorted(widths, reverse=True) and len(widths) == 3
+    with pytest.raises(ValueError, match=r"expected strings. Received: int at index 1"):
+        translator.translate(["Ein Hund.", 3])
+
+
+def test_from_run_dir_refuses_a_run_of_another_task(tmp_path):
+    from keras_transformer.predictors import TextClassifier, TextGenerator, TextTagger
+
+    lm = tmp_path / "lm"
+    lm.mkdir()
+    (lm / "config.yaml").write_text("task: language_modeling\n")
+    with pytest.raises(ValueError) as error:
+        Translator.from_run_dir(str(lm))
+    assert str(error.value) == (
+        f"Received a language_modeling run directory ({lm}), expected a translation run."
+    )
+    # A folder without config.yaml is a translation run (runs of version 0.1).
+    for cls, task in (
+        (TextGenerator, "language_modeling"),
+        (TextClassifier, "classification"),
+        (TextTagger, "tagging"),
+    ):
+        with pytest.raises(
+            ValueError, match=rf"Received a translation run .*expected a {task} run"
+        ):
+            cls.from_run_dir(str(tmp_path))

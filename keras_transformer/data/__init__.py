@@ -18,7 +18,10 @@ Batches:
 
 - `make_batches(dataset, source_tokenizer, target_tokenizer=None, ...)`: tokenized,
   length-filtered, bucketed and padded `((source_ids, target_in), target_out)` int32 batches.
-- `encode_pairs(...)`, `default_bucket_lengths(...)`.
+- `encode_pairs(...)`: the per-example stage alone (its encodings: `data.encoding`, shared
+  with the predictors).
+- `bucket_batches(...)`, `default_bucket_lengths(...)`, `count_batches(...)`
+  (`data.batching`): length-bucketed batching of any task's encoded examples.
 
 Example:
 
@@ -32,14 +35,10 @@ train = make_batches(pairs, source_tokenizer, target_tokenizer, batch_size=128)
 ```
 """
 
+from keras_transformer.data.batching import bucket_batches, count_batches, default_bucket_lengths
 from keras_transformer.data.multi30k import ENV_VAR as MULTI30K_ENV_VAR
 from keras_transformer.data.multi30k import Multi30k, verify_multi30k_files
-from keras_transformer.data.pipeline import (
-    count_batches,
-    default_bucket_lengths,
-    encode_pairs,
-    make_batches,
-)
+from keras_transformer.data.pipeline import encode_pairs, make_batches
 from keras_transformer.data.sources import (
     load_multi30k,
     load_parallel_dataset,
@@ -50,6 +49,7 @@ from keras_transformer.data.text_files import check_text_files, load_text_files
 __all__ = [
     "MULTI30K_ENV_VAR",
     "Multi30k",
+    "bucket_batches",
     "check_text_files",
     "count_batches",
     "default_bucket_lengths",

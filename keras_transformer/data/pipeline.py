@@ -12,12 +12,11 @@ and batches have the structure `((source_ids, target_in), target_out)`, int32, d
 with `pad_id` 0: `(B, S)`, `(B, T)`, `(B, T)`. Everything runs in the graph (tensorflow-text
 ops, no `py_function`): tokenization is vectorized over blocks of examples; pairs longer
 than `max_source_length` (`len(source_ids)`, EOS included) or `max_target_length`
-(`len(target_in)`) are dropped or truncated, pairs with an empty side are dropped; then
-examples are cached, shuffled, grouped into length buckets
-(`tf.data.Dataset.bucket_by_sequence_length`) of a fixed number of sentences (`batch_size`)
-or of tokens (`tokens_per_batch`) and prefetched. With `pad_to_bucket=True` every batch is
-padded to its bucket's length, so batch shapes come from a small fixed set (good for XLA);
-source and target are then padded to the same length.
+(`len(target_in)`) are dropped or truncated, pairs with an empty side are dropped. The
+encodings are `data.encoding`'s, the `Translator`'s too; the batching is
+`data.batching.bucket_batches` (length buckets of `batch_size` sentences or
+`tokens_per_batch` tokens; with `pad_to_bucket=True` source and target are padded to their
+bucket's length).
 
 Public API:
 
@@ -28,8 +27,6 @@ Public API:
 - `encode_pairs(dataset, source_tokenizer, target_tokenizer=None, *, max_source_length=128,
   max_target_length=128, length_policy="drop", source_eos=True)`: the per-example stage
   alone, yielding `((source_ids, target_in), target_out)` 1-D int32 tensors.
-- `default_bucket_lengths(max_length, step=8) -> list[int]`.
-- `count_batches(dataset) -> int`: the batches of one epoch (the same every epoch).
 
 Example:
 
@@ -49,30 +46,15 @@ from typing import Any
 import tensorflow as tf
 
 from keras_transformer.constants import LENGTH_POLICIES
-from keras_transformer.tokenization import append_eos
-from keras_transformer.validation import check_lengths, check_one_of, check_positive_int
-
-_TOKENIZE_BLOCK = 1024
-
-
-def default_bucket_lengths(max_length: int, step: int = 8) -> list[int]:
-    """The bucket lengths `step, 2 * step, ...` up to `max_length` (included).
-
-    Args:
-        max_length: the longest sequence.
-        step: the spacing between bucket lengths.
-
-    Returns:
-        Increasing lengths whose last one is `max_length`.
-
-    Example:
-
-    >>> default_bucket_lengths(20)
-    [8, 16, 20]
-    """
-    check_positive_int("max_length", max_length)
-    check_positive_int("step", step)
-    return list(range(step, max_length, step)) + [max_length]
+from keras_transformer.data.batching import bucket_batches, default_bucket_lengths
+from keras_transformer.data.encoding import (
+    TOKENIZE_BLOCK,
+    source_limit,
+    token_ids,
+    translation_source,
+    translation_targets,
+)
+from keras_transformer.validation import check_one_of, check_positive_int
 
 
 def encode_pairs(
@@ -132,14 +114,11 @@ def encode_pairs(
     check_one_of("length_policy", length_policy, LENGTH_POLICIES)
     bos_id, eos_id = int(target_tokenizer.bos_id), int(target_tokenizer.eos_id)
     source_eos_id = int(source_tokenizer.eos_id)
-    source_limit = max_source_length - 1 if source_eos else max_source_length  # real ids
+    source_tokens_limit = source_limit(max_source_length, source_eos)
 
     def encode(source_text: tf.Tensor, target_text: tf.Tensor):
-        source = tf.cast(source_tokenizer.tokenize(source_text), tf.int32)
-        target = tf.cast(target_tokenizer.tokenize(target_text), tf.int32)
-        if length_policy == "truncate":
-            source = source[:, :source_limit]
-            target = target[:, : max_target_length - 1]
+        source = token_ids(source_tokenizer, source_text)
+        target = token_ids(target_tokenizer, target_text)
         source_lengths = source.row_lengths()
         target_lengths = target.row_lengths()
         keep = tf.logical_and(source_lengths > 0, target_lengths > 0)
@@ -147,21 +126,23 @@ def encode_pairs(
             keep = tf.logical_and(
                 keep,
                 tf.logical_and(
-                    source_lengths <= source_limit,
+                    source_lengths <= source_tokens_limit,
                     target_lengths <= max_target_length - 1,
                 ),
             )
-        source = tf.ragged.boolean_mask(source, keep)
-        target = tf.ragged.boolean_mask(target, keep)
-        if source_eos:
-            source = append_eos(source, source_eos_id)
-        column = tf.fill(tf.stack([target.nrows(), 1]), bos_id)  # (B, 1)
-        target_in = tf.concat([tf.RaggedTensor.from_tensor(column), target], axis=1)
-        target_out = append_eos(target, eos_id)
+        source = translation_source(
+            tf.ragged.boolean_mask(source, keep),
+            max_source_length,
+            source_eos=source_eos,
+            eos_id=source_eos_id,
+        )
+        target_in, target_out = translation_targets(
+            tf.ragged.boolean_mask(target, keep), max_target_length, bos_id=bos_id, eos_id=eos_id
+        )
         return source, target_in, target_out
 
     encoded = (
-        dataset.batch(_TOKENIZE_BLOCK).map(encode, num_parallel_calls=tf.data.AUTOTUNE).unbatch()
+        dataset.batch(TOKENIZE_BLOCK).map(encode, num_parallel_calls=tf.data.AUTOTUNE).unbatch()
     )
     return encoded.map(
         lambda source, target_in, target_out: ((source, target_in), target_out),
@@ -195,8 +176,8 @@ def make_batches(
             `load_parallel_dataset`).
         source_tokenizer: the source `SubwordTokenizer`.
         target_tokenizer: the target `SubwordTokenizer`; the source one if None (shared).
-        batch_size: sentences per batch (64 when neither it nor `tokens_per_batch` is
-            given).
+        batch_size: sentences per batch (`data.batching.DEFAULT_BATCH_SIZE` when neither it
+            nor `tokens_per_batch` is given).
         tokens_per_batch: batch by token count instead: a bucket of length `L` makes batches
             of `max(1, tokens_per_batch // L)` sentences.
         max_source_length: the most source ids (EOS included).
@@ -226,18 +207,6 @@ def make_batches(
     (source_ids, target_in), target_out = next(iter(train))
     ```
     """
-    if batch_size is not None and tokens_per_batch is not None:
-        raise ValueError(
-            "Expected at most one of `batch_size` and `tokens_per_batch`. Received: "
-            f"batch_size={batch_size!r}, tokens_per_batch={tokens_per_batch!r}"
-        )
-    if batch_size is None and tokens_per_batch is None:
-        batch_size = 64
-    if batch_size is not None:
-        check_positive_int("batch_size", batch_size)
-    else:
-        check_positive_int("tokens_per_batch", tokens_per_batch)
-    check_positive_int("shuffle_buffer_size", shuffle_buffer_size)
     examples = encode_pairs(
         dataset,
         source_tokenizer,
@@ -248,48 +217,21 @@ def make_batches(
         source_eos=source_eos,
     )
     max_length = max(max_source_length, max_target_length)
-    if bucket_lengths is None:
-        bucket_lengths = default_bucket_lengths(max_length)
-    bucket_lengths = list(check_lengths("bucket_lengths", list(bucket_lengths), increasing=True))
-    if pad_to_bucket and bucket_lengths[-1] < max_length:
-        raise ValueError(
-            "Received an invalid value for argument `bucket_lengths`: with pad_to_bucket=True "
-            f"its last length must be >= max(max_source_length, max_target_length)={max_length}."
-            f" Received: bucket_lengths={bucket_lengths}"
-        )
-    # A bucket of length L takes lengths in [previous L + 1, L]; one more bucket takes the
-    # rest (it stays empty when the last length covers both limits).
-    boundaries = [length + 1 for length in bucket_lengths]
-    if batch_size is not None:
-        batch_sizes = [batch_size] * (len(boundaries) + 1)
-    else:
-        batch_sizes = [max(1, tokens_per_batch // n) for n in bucket_lengths + [max_length]]
-
-    if cache:
-        examples = examples.cache(cache if isinstance(cache, str) else "")
-    if shuffle:
-        examples = examples.shuffle(shuffle_buffer_size, seed=seed, reshuffle_each_iteration=True)
-    batches = examples.bucket_by_sequence_length(
-        element_length_func=lambda inputs, target_out: tf.maximum(
-            tf.shape(inputs[0])[0], tf.shape(inputs[1])[0]
-        ),
-        bucket_boundaries=boundaries,
-        bucket_batch_sizes=batch_sizes,
-        padding_values=((0, 0), 0),
-        pad_to_bucket_boundary=pad_to_bucket,
+    return bucket_batches(
+        examples,
+        batch_size=batch_size,
+        tokens_per_batch=tokens_per_batch,
+        bucket_lengths=default_bucket_lengths(max_length)
+        if bucket_lengths is None
+        else bucket_lengths,
+        max_length=max_length,
+        pad_to_bucket=pad_to_bucket,
+        shuffle=shuffle,
+        shuffle_buffer_size=shuffle_buffer_size,
+        seed=seed,
+        cache=cache,
         drop_remainder=drop_remainder,
     )
-    return batches.prefetch(tf.data.AUTOTUNE)
-
-
-def count_batches(dataset: tf.data.Dataset) -> int:
-    """The number of batches of one pass over a finite dataset (iterates it once).
-
-    For `make_batches` output this is the same every epoch: each length bucket makes
-    `ceil(examples / batch size)` batches whatever the shuffle order. The pass also fills
-    the pipeline's cache.
-    """
-    return int(dataset.reduce(tf.constant(0, tf.int64), lambda count, _: count + 1))
 
 
 def _check_pairs(dataset: Any) -> None:

@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from keras_transformer import storage
 from keras_transformer.config import ExperimentConfig, save_config
-from keras_transformer.data.pipeline import count_batches
+from keras_transformer.data.batching import count_batches
 from keras_transformer.run_dir import RunPaths, write_labels
 from keras_transformer.tasks import get_task
 from keras_transformer.training.compile import compile_model

@@ -18,7 +18,7 @@ logger = logging.getLogger(__name__)
 class BleuCallback(keras.callbacks.Callback):
     """Translates the validation sources every `every` epochs and logs their sacreBLEU.
 
-    The translation is batched, cached decoding (`keras_transformer.translator.Translator`
+    The translation is batched, cached decoding (`keras_transformer.predictors.Translator`
     over the model being trained: greedy, or beam search with `beam_size > 1`), scored
     with `keras_transformer.evaluation.score_corpus` (cased, detokenized, 13a). The score
     goes into the epoch's logs as `val_bleu`, so Keras' `History`, `TensorBoard` (placed
@@ -89,7 +89,7 @@ class BleuCallback(keras.callbacks.Callback):
         self._translator = None
 
     def on_train_begin(self, logs=None):
-        from keras_transformer.translator import Translator
+        from keras_transformer.predictors import Translator
 
         if self.start is None:
             self.start = time.monotonic()

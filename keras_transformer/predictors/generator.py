@@ -19,27 +19,18 @@ generator.generate(["The old dog"])  # [" watches a red film."]
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer import decoding as decoding_module
+from keras_transformer.data import encoding
+from keras_transformer.predictors.base import DecodingPredictor, as_texts, pad_rows
 from keras_transformer.validation import check_positive_int, check_tokenizer_pad_id
 
 
-def strip_prompts(tokens: tf.Tensor, prompt_lengths: tf.Tensor, pad_id: int) -> tf.Tensor:
-    """Removes each row's prompt from search outputs (B, K, T): `tokens[b, k, L_b:]`,
-    padded with `pad_id` to (B, K, T)."""
-    steps = tf.shape(tokens)[2]
-    index = tf.cast(prompt_lengths, tf.int32)[:, None, None] + tf.range(steps)[None, None, :]
-    index = tf.broadcast_to(index, tf.shape(tokens))  # (B, K, T)
-    taken = tf.gather(tokens, tf.minimum(index, steps - 1), axis=2, batch_dims=2)
-    return tf.where(index < steps, taken, tf.constant(pad_id, tokens.dtype))
-
-
-class TextGenerator:
+class TextGenerator(DecodingPredictor):
     """Continues prompts with a `TransformerDecoderModel` and its `SubwordTokenizer`.
 
     Args:
@@ -52,6 +43,10 @@ class TextGenerator:
             `min_length` (counting the prompt's tokens), `temperature`, `top_k`, `top_p`,
             `seed`, `jit_compile`, `early_stopping`, `length_buckets`.
     """
+
+    task = "language_modeling"
+    serving_input = "prompts"
+    progress_description = "generating"
 
     def __init__(
         self,
@@ -67,44 +62,30 @@ class TextGenerator:
                     f"Received `{name}`; a generator's length limit is `max_new_tokens` "
                     "tokens after each prompt."
                 )
-        self.model = model
-        self.tokenizer = tokenizer
         self.max_new_tokens = check_positive_int("max_new_tokens", max_new_tokens)
-        self.batch_size = check_positive_int("batch_size", batch_size)
-        self.decoder = decoding_module.BatchDecoder(
+        super().__init__(
             model,
+            tokenizer,
+            batch_size,
             max_length_a=1.0,
             max_length_b=self.max_new_tokens,
-            bos_id=int(tokenizer.bos_id),
-            eos_id=int(tokenizer.eos_id),
             **decoding,
         )
+        self.tokenizer = tokenizer
         check_tokenizer_pad_id(tokenizer, model)
 
     @classmethod
-    def from_run_dir(cls, path: str, **kwargs: Any) -> TextGenerator:
-        """Loads the model and tokenizer of a language-modelling run directory."""
+    def _from_run(cls, path: str, **kwargs: Any) -> TextGenerator:
+        """Loads the model and tokenizer of a language-modelling run directory
+        (`TextGenerator.from_run_dir(path, **kwargs)`)."""
         from keras_transformer.run_dir import load_run
 
         model, tokenizer, _ = load_run(path)
         return cls(model, tokenizer, **kwargs)
 
-    @property
-    def method(self) -> str:
-        return self.decoder.method
-
-    @property
-    def beam_size(self) -> int:
-        return self.decoder.beam_size
-
-    @property
-    def length_penalty(self) -> float:
-        return self.decoder.length_penalty
-
     def _prompt_ids(self, strings: tf.Tensor) -> tf.RaggedTensor:
-        """Each prompt's ids, its last `max_length - 1` (room for BOS): int32 (N, None)."""
-        ragged = tf.cast(self.tokenizer.tokenize(strings), tf.int32)
-        return ragged[:, -(int(self.model.max_length) - 1) :]
+        """Each prompt's last `max_length - 1` ids (`data.encoding.prompt_ids`)."""
+        return encoding.prompt_ids(self.tokenizer, strings, int(self.model.max_length))
 
     def generate_strings_nbest(self, strings: tf.Tensor) -> dict[str, tf.Tensor]:
         """Continues a `tf.string` tensor (N,) of prompts with TensorFlow ops only.
@@ -118,18 +99,9 @@ class TextGenerator:
             starts a new word), the prompt and continuation together, and the
             continuation's log-probability (length-penalized).
         """
-        decoder, pad_id = self.decoder, int(self.model.pad_id)
         strings = tf.convert_to_tensor(strings, tf.string)
         ragged = self._prompt_ids(strings)  # (N, None)
-        prompt_ids = ragged.to_tensor(default_value=pad_id)
-        width = tf.shape(prompt_ids)[1]
-        prompt_ids = tf.pad(prompt_ids, [[0, 0], [0, tf.maximum(1 - width, 0)]])  # (N, P)
-        max_lengths = decoding_module.max_decode_lengths(
-            prompt_ids, pad_id, decoder.max_length, 1.0, self.max_new_tokens
-        )  # (N,)
-        num_steps = tf.reduce_max(tf.concat([max_lengths, [1]], 0))
-        seed = tf.constant([decoder.seed, 0], tf.int64)
-        tokens, scores = decoder.search(prompt_ids, max_lengths, num_steps, seed)  # (N, K, T)
+        _, tokens, scores = self._search_graph(ragged)  # (N, K, T), (N, K)
         shape = tf.shape(tokens)
         texts = self.tokenizer.detokenize(tf.reshape(tokens, (shape[0] * shape[1], shape[2])))
         prompts = tf.repeat(self.tokenizer.detokenize(ragged), shape[1])  # (N*K,)
@@ -145,80 +117,63 @@ class TextGenerator:
         """Like `generate_strings_nbest`, the best hypothesis only: (N,) each."""
         return {k: v[:, 0] for k, v in self.generate_strings_nbest(strings).items()}
 
-    def serving_function(self) -> tf.types.experimental.PolymorphicFunction:
-        """`generate_strings` as a `tf.function` over `tf.TensorSpec([None], tf.string)`."""
-        return tf.function(
-            self.generate_strings,
-            input_signature=[tf.TensorSpec([None], tf.string, name="prompts")],
-        )
+    def _serve(self, strings: tf.Tensor) -> dict[str, tf.Tensor]:
+        return self.generate_strings(strings)
 
-    def generate_ids(self, prompt_ids: list[np.ndarray]) -> tuple[list, list]:
-        """Continues prompts given as ids.
+    def generate_ids(
+        self, prompt_ids: Sequence[np.ndarray], progress: bool = False
+    ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Continues prompts given as ids, in length-sorted batches.
 
         Args:
             prompt_ids: one int array of ids per prompt (no BOS), at most
                 `model.max_length - 1` ids each.
+            progress: show a progress bar.
 
         Returns:
             `(tokens, scores)`: per prompt, int32 (K, T) continuations (EOS kept, padded)
-            and float32 (K,) scores.
+            and float32 (K,) scores, in the input order.
         """
+        tokens, scores = self._decode_rows(prompt_ids, progress)
         pad_id = int(self.model.pad_id)
-        tokens: list[Any] = []
-        scores: list[Any] = []
-        for start in range(0, len(prompt_ids), self.batch_size):
-            chunk = [np.asarray(p, np.int32) for p in prompt_ids[start : start + self.batch_size]]
-            width = max(1, max(len(p) for p in chunk))
-            batch = np.full((len(chunk), width), pad_id, np.int32)
-            for row, prompt in enumerate(chunk):
-                batch[row, : len(prompt)] = prompt
-            output = self.decoder(batch)  # (b, K, T)
-            lengths = np.array([len(p) for p in chunk])
-            stripped = strip_prompts(tf.constant(output.tokens), lengths, pad_id).numpy()
-            tokens.extend(stripped)
-            scores.extend(output.scores)
-        return tokens, scores
+        continuations = []
+        for prompt, hypotheses in zip(prompt_ids, tokens):  # (K, T): the prompt, then more
+            rest = np.full_like(hypotheses, pad_id)
+            rest[:, : hypotheses.shape[1] - len(prompt)] = hypotheses[:, len(prompt) :]
+            continuations.append(rest)
+        return continuations, scores
 
     def generate_nbest(
-        self, prompts: Iterable[str], n: int | None = None
+        self, prompts: Iterable[str], n: int | None = None, progress: bool = False
     ) -> list[list[tuple[str, float]]]:
-        """The `n` best continuations of each prompt with their scores, best first."""
-        prompts = _as_prompts(prompts)
-        available = self.decoder.num_hypotheses
-        n = available if n is None else check_positive_int("n", n)
-        if n > available:
-            raise ValueError(
-                f"Received an invalid value for argument `n`, expected at most {available} "
-                f"(the hypotheses this generator keeps). Received: n={n}"
-            )
+        """The `n` best continuations of each prompt with their scores, best first.
+
+        Args:
+            prompts: the prompts.
+            n: hypotheses per prompt, at most `beam_size` (the default).
+            progress: show a progress bar.
+
+        Returns:
+            One list of `(continuation, score)` per prompt; a continuation starts with its
+            leading space when it starts a new word.
+        """
+        prompts = as_texts(prompts, "prompts")
+        n = self._check_n(n)
         if not prompts:
             return []
         strings = tf.constant(prompts, tf.string)
         ids = [np.asarray(row, np.int32) for row in self._prompt_ids(strings).to_list()]
-        tokens, scores = self.generate_ids(ids)
-        results = []
+        tokens, scores = self.generate_ids(ids, progress)
+        pad_id, results = int(self.model.pad_id), []
         for prompt, hypotheses, hypothesis_scores in zip(ids, tokens, scores):
-            full = [np.concatenate([prompt, h]) for h in hypotheses[:n]]
-            width = max(len(f) for f in full)
-            batch = np.zeros((len(full), width), np.int32)
-            for row, f in enumerate(full):
-                batch[row, : len(f)] = f
-            texts = self.tokenizer.detokenize(tf.constant(batch)).numpy()
+            full = pad_rows([np.concatenate([prompt, h]) for h in hypotheses[:n]], pad_id)
+            texts = self.tokenizer.detokenize(tf.constant(full)).numpy()
             prefix = len(self.tokenizer.detokenize(tf.constant(prompt[None])).numpy()[0])
             results.append(
                 [(t[prefix:].decode("utf-8"), float(s)) for t, s in zip(texts, hypothesis_scores)]
             )
         return results
 
-    def generate(self, prompts: Iterable[str]) -> list[str]:
+    def generate(self, prompts: Iterable[str], progress: bool = False) -> list[str]:
         """The best continuation of each prompt (with its leading space, if any)."""
-        return [best[0][0] for best in self.generate_nbest(prompts, n=1)]
-
-
-def _as_prompts(prompts: Iterable[str]) -> list[str]:
-    if isinstance(prompts, (str, bytes)):
-        raise ValueError(
-            "Received an invalid value for argument `prompts`, expected a list of strings, "
-            f"not a single string. Received: prompts={prompts!r:.80}"
-        )
-    return [p.decode("utf-8") if isinstance(p, bytes) else str(p) for p in prompts]
+        return [best[0][0] for best in self.generate_nbest(prompts, n=1, progress=progress)]

@@ -29,52 +29,20 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer import decoding as decoding_module
 from keras_transformer.constants import TRANSLATION_DECODING_DEFAULTS
-from keras_transformer.tokenization import append_eos
-from keras_transformer.validation import check_positive_int, check_tokenizer_pad_id
+from keras_transformer.data.encoding import (
+    source_limit,
+    token_ids,
+    translation_source,
+    translation_source_ids,
+)
+from keras_transformer.predictors.base import DecodingPredictor, as_texts, pad_rows
+from keras_transformer.validation import check_tokenizer_pad_id
 
 logger = logging.getLogger(__name__)
 
 
-def progress_bar(total: int, enabled: bool = True, description: str = "translating"):
-    """A progress bar with `update(n)` and `close()`: tqdm if installed, else Keras's.
-
-    Returns a no-op bar when `enabled` is False.
-    """
-    if not enabled:
-        return _NoProgress()
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:
-        return _KerasProgress(total)
-    return tqdm(total=total, desc=description, unit="sent")
-
-
-class _NoProgress:
-    def update(self, n: int = 1) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
-class _KerasProgress:
-    def __init__(self, total: int) -> None:
-        import keras
-
-        self._bar = keras.utils.Progbar(total, unit_name="sentence")
-        self._seen = 0
-
-    def update(self, n: int = 1) -> None:
-        self._seen += n
-        self._bar.update(self._seen)
-
-    def close(self) -> None:
-        pass
-
-
-class Translator:
+class Translator(DecodingPredictor):
     """Translates text with a trained `Transformer` and its two `SubwordTokenizer`s.
 
     Args:
@@ -102,6 +70,9 @@ class Translator:
     ```
     """
 
+    task = "translation"
+    progress_description = "translating"
+
     def __init__(
         self,
         model,
@@ -111,29 +82,24 @@ class Translator:
         source_eos: bool = True,
         **decoding: Any,
     ):
-        self.model = model
-        self.source_tokenizer = source_tokenizer
-        self.target_tokenizer = target_tokenizer
-        self.batch_size = check_positive_int("batch_size", batch_size)
-        self.source_eos = bool(source_eos)
-        self.decoder = decoding_module.BatchDecoder(
+        super().__init__(
             model,
-            bos_id=int(target_tokenizer.bos_id),
-            eos_id=int(target_tokenizer.eos_id),
+            target_tokenizer,
+            batch_size,
             **{**TRANSLATION_DECODING_DEFAULTS, **decoding},
         )
+        self.source_tokenizer = source_tokenizer
+        self.target_tokenizer = target_tokenizer
+        self.source_eos = bool(source_eos)
         check_tokenizer_pad_id(source_tokenizer, model)
 
     @classmethod
-    def from_run_dir(cls, path: str, **kwargs: Any) -> Translator:
-        """Loads the model and tokenizers of a run directory (`keras_transformer.run_dir`).
+    def _from_run(cls, path: str, **kwargs: Any) -> Translator:
+        """Loads the model and tokenizers of a translation run directory
+        (`Translator.from_run_dir(path, **kwargs)`).
 
         Sources end with EOS exactly when the run was trained that way
         (`run_dir.trained_with_source_eos`), unless `source_eos` is passed.
-
-        Args:
-            path: the run directory.
-            **kwargs: `Translator` arguments.
 
         Example (not run as a doctest: it needs a trained run directory):
 
@@ -147,38 +113,15 @@ class Translator:
         kwargs.setdefault("source_eos", trained_with_source_eos(path))
         return cls(model, source_tokenizer, target_tokenizer, **kwargs)
 
-    # Settings, read by commands and exports.
-
-    @property
-    def method(self) -> str:
-        return self.decoder.method
-
-    @property
-    def beam_size(self) -> int:
-        return self.decoder.beam_size
-
-    @property
-    def length_penalty(self) -> float:
-        return self.decoder.length_penalty
-
-    def _source_ids(self, strings: tf.Tensor) -> tf.RaggedTensor:
-        """Tokenized sources (N, None), cut to the model's `max_length` (EOS included)."""
-        return self._cut_sources(self.source_tokenizer.tokenize(strings))
-
-    def _cut_sources(self, ragged: tf.RaggedTensor) -> tf.RaggedTensor:
-        limit = int(self.model.max_length)
-        if not self.source_eos:
-            return ragged[:, :limit]
-        return append_eos(ragged[:, : limit - 1], int(self.source_tokenizer.eos_id))
-
     def encode_sources(self, sentences: Sequence[str]) -> list[np.ndarray]:
         """Source ids of each sentence (int32, EOS last with `source_eos`), truncated to the
-        model's `max_length`."""
+        model's `max_length` (`data.encoding.translation_source`, as in training)."""
         if not sentences:
             return []
-        ragged = self.source_tokenizer.tokenize(tf.constant(list(sentences), tf.string))
-        limit = int(self.model.max_length) - int(self.source_eos)
-        for i, length in enumerate(ragged.row_lengths().numpy()):
+        tokens = token_ids(self.source_tokenizer, tf.constant(list(sentences), tf.string))
+        max_length = int(self.model.max_length)
+        limit = source_limit(max_length, self.source_eos)
+        for i, length in enumerate(tokens.row_lengths().numpy()):
             if length > limit:
                 logger.warning(
                     "Sentence %d has %d source tokens; keeping the first %d (the model's "
@@ -187,7 +130,13 @@ class Translator:
                     length,
                     limit,
                 )
-        return [np.asarray(row, np.int32) for row in self._cut_sources(ragged).to_list()]
+        ids = translation_source(
+            tokens,
+            max_length,
+            source_eos=self.source_eos,
+            eos_id=int(self.source_tokenizer.eos_id),
+        )
+        return [np.asarray(row, np.int32) for row in ids.to_list()]
 
     def decode_ids(
         self, source_ids: Sequence[np.ndarray], progress: bool = False
@@ -195,33 +144,14 @@ class Translator:
         """Decodes lists of source ids in length-sorted batches.
 
         Args:
-            source_ids: one int array of ids per sentence (no BOS/EOS).
+            source_ids: one int array of ids per sentence (`encode_sources`).
             progress: show a progress bar.
 
         Returns:
             `(tokens, scores)`: per sentence, int32 (K, T) hypotheses (best first, EOS kept,
             padded) and float32 (K,) scores, in the input order.
         """
-        order = sorted(range(len(source_ids)), key=lambda i: -len(source_ids[i]))
-        tokens: list[Any] = [None] * len(source_ids)
-        scores: list[Any] = [None] * len(source_ids)
-        bar = progress_bar(len(source_ids), enabled=progress)
-        pad_id = int(self.model.pad_id)
-        try:
-            for start in range(0, len(order), self.batch_size):
-                chunk = order[start : start + self.batch_size]
-                width = max(1, max(len(source_ids[i]) for i in chunk))
-                batch = np.full((len(chunk), width), pad_id, np.int32)
-                for row, i in enumerate(chunk):
-                    batch[row, : len(source_ids[i])] = source_ids[i]
-                output = self.decoder(batch)  # (b, K, T), (b, K)
-                for row, i in enumerate(chunk):
-                    tokens[i] = output.tokens[row]
-                    scores[i] = output.scores[row]
-                bar.update(len(chunk))
-        finally:
-            bar.close()
-        return tokens, scores
+        return self._decode_rows(source_ids, progress)
 
     def _detokenize(self, tokens: np.ndarray) -> list[str]:
         if tokens.shape[0] == 0:
@@ -252,19 +182,13 @@ class Translator:
         # [[('A dog.', -0.2), ('One dog.', -0.9)]]
         ```
         """
-        sentences = _as_sentences(sentences)
-        available = self.decoder.num_hypotheses
-        n = available if n is None else check_positive_int("n", n)
-        if n > available:
-            raise ValueError(
-                f"Received an invalid value for argument `n`, expected at most "
-                f"{available} (the hypotheses this translator keeps). Received: n={n}"
-            )
+        sentences = as_texts(sentences, "sentences")
+        n = self._check_n(n)
         tokens, scores = self.decode_ids(self.encode_sources(sentences), progress=progress)
         if not sentences:
             return []
         # (N * n, T): the hypotheses of every sentence, padded to the longest.
-        texts = self._detokenize(_pad_rows([t[:n] for t in tokens], int(self.model.pad_id)))
+        texts = self._detokenize(pad_rows([t[:n] for t in tokens], int(self.model.pad_id)))
         return [
             [(texts[i * n + j], float(scores[i][j])) for j in range(n)]
             for i in range(len(sentences))
@@ -315,62 +239,18 @@ class Translator:
 
         K is the beam size (1 for greedy search and sampling); hypotheses are best first.
         """
-        decoder = self.decoder
         strings = tf.convert_to_tensor(strings, tf.string)
-        ragged = self._source_ids(strings)  # (N, None)
-        pad_id = int(self.model.pad_id)
-        source_ids = ragged.to_tensor(default_value=tf.constant(pad_id, ragged.dtype))
-        source_ids = tf.cast(source_ids, tf.int32)
-        # At least one column, so the encoder sees a non-empty sequence.
-        width = tf.shape(source_ids)[1]
-        source_ids = tf.pad(
-            source_ids, [[0, 0], [0, tf.maximum(1 - width, 0)]], constant_values=pad_id
-        )  # (N, S)
-        max_lengths = decoding_module.max_decode_lengths(
-            source_ids, pad_id, decoder.max_length, decoder.max_length_a, decoder.max_length_b
-        )  # (N,)
-        num_steps = tf.maximum(tf.reduce_max(tf.concat([max_lengths, [1]], 0)), 1)
-        seed = tf.constant([decoder.seed, 0], tf.int64)
-        tokens, scores = decoder.search(source_ids, max_lengths, num_steps, seed)  # (N, K, T)
+        ids = translation_source_ids(
+            self.source_tokenizer,
+            strings,
+            int(self.model.max_length),
+            source_eos=self.source_eos,
+        )  # (N, None)
+        _, tokens, scores = self._search_graph(ids)  # (N, K, T), (N, K)
         shape = tf.shape(tokens)
         flat = tf.reshape(tokens, (shape[0] * shape[1], shape[2]))  # (N*K, T)
         translations = self.target_tokenizer.detokenize(flat)  # (N*K,)
         return tf.reshape(translations, shape[:2]), scores  # (N, K), (N, K)
 
-    def serving_function(self) -> tf.types.experimental.PolymorphicFunction:
-        """`translate_strings` as a `tf.function` over `tf.TensorSpec([None], tf.string)`."""
-        return tf.function(
-            self.translate_strings,
-            input_signature=[tf.TensorSpec([None], tf.string, name="sentences")],
-        )
-
-
-def _as_sentences(sentences: Iterable[str]) -> list[str]:
-    if isinstance(sentences, (str, bytes)):
-        raise ValueError(
-            "Received an invalid value for argument `sentences`, expected a list of strings, "
-            f"not a single string. Received: sentences={sentences!r:.80}"
-        )
-    result = []
-    for i, sentence in enumerate(sentences):
-        if isinstance(sentence, bytes):
-            sentence = sentence.decode("utf-8")
-        if not isinstance(sentence, str):
-            raise ValueError(
-                "Received an invalid value in `sentences`, expected strings. "
-                f"Received: {type(sentence).__name__} at index {i}"
-            )
-        result.append(sentence)
-    return result
-
-
-def _pad_rows(arrays: list[np.ndarray], pad_id: int) -> np.ndarray:
-    """Stacks (k, T_i) arrays into (sum k, max T_i)."""
-    width = max(a.shape[-1] for a in arrays)
-    rows = sum(a.shape[0] for a in arrays)
-    out = np.full((rows, width), pad_id, np.int32)
-    r = 0
-    for a in arrays:
-        out[r : r + a.shape[0], : a.shape[-1]] = a
-        r += a.shape[0]
-    return out
+    def _serve(self, strings: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        return self.translate_strings(strings)

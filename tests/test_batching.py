@@ -1,0 +1,88 @@
+"""`data.batching.bucket_batches`: one bucketer for every task's examples."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_transformer.data import synthetic
+from keras_transformer.data.batching import bucket_batches, default_bucket_lengths
+from keras_transformer.data.task_pipeline import make_task_batches
+from keras_transformer.data.task_sources import load_classification_data, load_tagging_data
+from keras_transformer.tokenization import train_sentencepiece
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    words, _ = synthetic.synthetic_tagging("train[:1000]")
+    texts = [" ".join(w) for w in words] + synthetic.synthetic_classification("train[:300]")[0]
+    return train_sentencepiece(texts, vocab_size=330, seed=0)
+
+
+def _examples(lengths):
+    """`((a, b), label)` examples: `a` of each length, `b` one shorter, `label` a scalar."""
+    rows = tf.ragged.constant([list(range(1, n + 1)) for n in lengths], tf.int32)
+    return tf.data.Dataset.from_tensor_slices(rows).map(lambda x: ((x, x[1:]), tf.size(x) * 10))
+
+
+def test_any_structure_is_padded_with_zero_by_its_longest_sequence():
+    lengths = [3, 9, 1, 12, 5, 7, 2, 16]
+    batches = list(
+        bucket_batches(_examples(lengths), batch_size=8, bucket_lengths=[4, 16], shuffle=False)
+    )
+    seen = []
+    for (a, b), label in batches:
+        a, b, label = a.numpy(), b.numpy(), label.numpy()
+        assert label.shape == (len(a),)
+        # Each sequence padded to its longest in the batch.
+        assert a.shape[1] == max((a != 0).sum(1)) and b.shape[1] == max((b != 0).sum(1))
+        np.testing.assert_array_equal(label, (a != 0).sum(1) * 10)  # scalars untouched
+        assert ((a[:, 1:] == b) | (b == 0)).all()
+        seen += (label // 10).tolist()
+    assert sorted(seen) == sorted(lengths)
+    # One batch per bucket: lengths <= 4, then 5..16.
+    assert sorted(len(a) for (a, _), _ in batches) == [3, 5]
+
+
+def test_tokens_per_batch_and_pad_to_bucket_checks():
+    with pytest.raises(ValueError, match="at most one of `batch_size` and `tokens_per_batch`"):
+        bucket_batches(_examples([2]), batch_size=2, tokens_per_batch=8, bucket_lengths=[4])
+    with pytest.raises(ValueError, match=r"max_length=16 with pad_to_bucket=True"):
+        bucket_batches(_examples([2]), bucket_lengths=[4, 8], max_length=16, pad_to_bucket=True)
+    strings = tf.data.Dataset.from_tensor_slices(["a"])
+    with pytest.raises(ValueError, match="expected a tf.data.Dataset of int tensors"):
+        bucket_batches(strings, bucket_lengths=[4])
+
+
+@pytest.mark.parametrize("task", ["tagging", "classification"])
+def test_task_batches_by_tokens_fit_the_budget_and_pad_to_buckets(tokenizer, task):
+    data = (
+        load_tagging_data("synthetic_pos", "train[:300]")
+        if task == "tagging"
+        else load_classification_data("synthetic_sentiment", "train[:300]")
+    )
+    budget, max_length = 96, 32
+    buckets = set(default_bucket_lengths(max_length, 8))
+    shapes, count = set(), 0
+    for x, y in make_task_batches(
+        task,
+        data.dataset,
+        tokenizer,
+        tokens_per_batch=budget,
+        max_length=max_length,
+        bucket_step=8,
+        pad_to_bucket=True,
+        shuffle=True,
+        seed=0,
+    ):
+        batch, length = x.shape
+        assert batch * length <= budget
+        assert length in buckets  # padded to the bucket, not the longest example
+        assert y.shape == ((batch,) if task == "classification" else (batch, length))
+        shapes.add((batch, length))
+        count += batch
+    assert count == 300 and len(shapes) >= 2
+    # A bucket of length L makes batches of budget // L examples (its last may be shorter).
+    largest = {}
+    for batch, length in shapes:
+        largest[length] = max(batch, largest.get(length, 0))
+    assert any(batch == budget // length for length, batch in largest.items())
