@@ -29,7 +29,6 @@ _LAZY_MODULES = (
     "tokenization",
     "training",
     "translator",
-    "visualization",
 )
 
 

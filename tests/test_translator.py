@@ -11,10 +11,10 @@ from multi30k_files import read_lines
 
 from keras_transformer import Transformer, cli
 from keras_transformer.constants import EOS_ID
+from keras_transformer.plotting import translation_attention
 from keras_transformer.run_dir import RunPaths
 from keras_transformer.tokenization import train_sentencepiece
 from keras_transformer.translator import Translator
-from keras_transformer.visualization import translation_attention
 
 GERMAN = [
     "Ein Hund läuft durch den Park.",
