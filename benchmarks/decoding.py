@@ -29,7 +29,8 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from keras_transformer import Transformer  # noqa: E402
-from keras_transformer.decoding import BOS_ID, BatchDecoder  # noqa: E402
+from keras_transformer.constants import BOS_ID  # noqa: E402
+from keras_transformer.decoding import BatchDecoder  # noqa: E402
 
 VOCAB = 8000
 SOURCE_LENGTH = 32

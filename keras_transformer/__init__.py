@@ -16,18 +16,18 @@ __version__ = "0.1.0"
 
 # Imported on first use: they pull in tensorflow-datasets / tensorflow-text.
 _LAZY_MODULES = (
+    "config",
     "data",
     "decoding",
     "evaluation",
     "export",
-    "export_tasks",
     "plotting",
     "predictors",
+    "runner",
     "serving",
     "tasks",
     "tokenization",
     "training",
-    "visualization",
 )
 
 

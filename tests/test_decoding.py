@@ -201,7 +201,7 @@ def test_xla_failure_falls_back_once(random_model, caplog):
     source = random_sources(2, 6, seed=8)
     expected = BatchDecoder(random_model, method="greedy", max_length=8, jit_compile=False)
     decoder = NotCompilable(random_model, method="greedy", max_length=8, jit_compile="auto")
-    with caplog.at_level("WARNING", logger="keras_transformer.decoding"):
+    with caplog.at_level("WARNING", logger="keras_transformer.decoding.runtime"):
         output = decoder(source)
         decoder(source)
     assert not decoder.uses_xla

@@ -188,8 +188,8 @@ def tokenizer(multi30k_dir):
 
 
 def test_translation_attention_figures_of_a_real_sentence(tokenizer, multi30k_dir):
+    from keras_transformer.plotting import translation_attention
     from keras_transformer.predictors import Translator
-    from keras_transformer.visualization import translation_attention
 
     keras.utils.set_random_seed(3)
     model = Transformer.from_preset(

@@ -13,10 +13,10 @@ from keras_transformer import Transformer, cli
 from keras_transformer.constants import EOS_ID
 from keras_transformer.data import encode_pairs
 from keras_transformer.data.encoding import translation_source_ids
+from keras_transformer.plotting import translation_attention
 from keras_transformer.predictors import Translator
 from keras_transformer.run_dir import RunPaths
 from keras_transformer.tokenization import train_sentencepiece
-from keras_transformer.visualization import translation_attention
 
 GERMAN = [
     "Ein Hund läuft durch den Park.",

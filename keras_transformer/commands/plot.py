@@ -81,12 +81,13 @@ def _figures(args: argparse.Namespace) -> dict:
         plot_positional_heatmap,
         plot_training_curves,
         plot_translation_attention,
+        translation_attention,
     )
     from keras_transformer.predictors import Translator
     from keras_transformer.run_dir import RunPaths
     from keras_transformer.training.bleu import read_bleu_log
     from keras_transformer.training.curves import read_run_curves
-    from keras_transformer.visualization import translation_attention
+    from keras_transformer.predictors import Translator
 
     paths = RunPaths(args.run_dir)
     curves = read_run_curves(args.run_dir)

@@ -1,6 +1,6 @@
 """Figures of the Transformer: positional encodings, masks, attention, training curves.
 
-Every function returns a matplotlib `Figure` (made without `pyplot`: no global figure
+Every `plot_*` function returns a matplotlib `Figure` (made without `pyplot`: no global figure
 state, no GUI backend, nothing shown); save it with `figure.savefig("x.png")`, or let a
 notebook display it. matplotlib is imported when a function is called; it is the optional
 extra `plot` (`pip install "keras-transformer-nmt[plot]"`).
@@ -9,9 +9,9 @@ extra `plot` (`pip install "keras-transformer-nmt[plot]"`).
   `keras_transformer.layers.positional_encoding`.
 - `plot_masks`: the padding, look-ahead and combined masks of `keras_transformer.masks`
   for a padded batch.
-- `plot_attention`, `plot_attention_heads`, `plot_translation_attention`: attention
-  weights (`keras_transformer.visualization.translation_attention`) with the
-  SentencePiece pieces on the axes.
+- `translation_attention`: the attention weights behind a translation, with the
+  SentencePiece pieces that label their axes; `plot_attention`, `plot_attention_heads`,
+  `plot_translation_attention` draw them.
 - `plot_training_curves`, `plot_bleu_over_time`: loss, accuracy, learning rate and
   validation BLEU (`keras_transformer.training.curves`, `bleu.jsonl`).
 
@@ -35,6 +35,7 @@ from keras_transformer.plotting.attention import (
     plot_attention,
     plot_attention_heads,
     plot_translation_attention,
+    translation_attention,
 )
 from keras_transformer.plotting.training import plot_bleu_over_time, plot_training_curves
 
@@ -49,4 +50,5 @@ __all__ = [
     "plot_positional_heatmap",
     "plot_training_curves",
     "plot_translation_attention",
+    "translation_attention",
 ]
