@@ -6,7 +6,6 @@ import os
 import sys
 
 import numpy as np
-import tensorflow as tf
 
 from keras_transformer.config import ExperimentConfig
 
@@ -23,22 +22,22 @@ def batching(data) -> str:
 def load_batches(config: ExperimentConfig, work_dir: str, count: int) -> tuple[list[Batch], int]:
     """The first `count` batches of the package's training pipeline as numpy, and the vocab."""
     from keras_transformer.run_dir import RunPaths
-    from keras_transformer.training import make_datasets
-    from keras_transformer.training.trainer import load_or_train_tokenizers, load_pairs
+    from keras_transformer.runner import training_data
+    from keras_transformer.tasks import get_task
 
-    pairs = load_pairs(config, config.data.train_split)
     paths = RunPaths(work_dir)
     os.makedirs(paths.root, exist_ok=True)
-    tokenizers = load_or_train_tokenizers(config, paths, pairs, tf.distribute.get_strategy())
-    config.training.steps_per_epoch = count  # repeat the data, as training with it does
-    train, _ = make_datasets(config, pairs, None, tokenizers)
+    task = get_task(config)
+    pairs, tokenizers = training_data(task, paths)
+    # The data repeated, as training with `steps_per_epoch` does.
+    train = task.make_batches(pairs, tokenizers, shuffle=True).repeat()
     batches = []
     for (source, target_in), target_out in train.take(count).as_numpy_iterator():
         batches.append(
             ((source.astype(np.int32), target_in.astype(np.int32)), target_out.astype(np.int32))
         )
     if tokenizers[0].vocab_size != tokenizers[1].vocab_size:
-        sys.exit("train_compare.py needs one shared vocabulary (data.shared_vocab: true).")
+        sys.exit("train_compare.py needs one shared vocabulary (translation.shared_vocab: true).")
     return batches, tokenizers[1].vocab_size
 
 

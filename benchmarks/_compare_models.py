@@ -18,7 +18,6 @@ from keras_transformer.training import (
     MaskedSparseCategoricalAccuracy,
     MaskedSparseCategoricalCrossentropy,
     TransformerSchedule,
-    build_model,
     compile_model,
 )
 
@@ -77,9 +76,14 @@ class Arch:
 
 
 def build_ours(config: ExperimentConfig, vocab: int, remat: bool | None = None) -> keras.Model:
-    """The package's model, built and compiled as `keras_transformer.training.train` does."""
+    """The package's model, built and compiled as `keras_transformer.runner.train` does."""
+    from types import SimpleNamespace
+
+    from keras_transformer.tasks import get_task
+
     keras.utils.set_random_seed(config.training.seed)
-    model = build_model(config, vocab, vocab, remat=remat)
+    tokenizer = SimpleNamespace(vocab_size=vocab)  # what the model reads of a tokenizer
+    model = get_task(config).build_model((tokenizer, tokenizer), None, remat=remat)
     t = config.training
     compile_model(
         model,

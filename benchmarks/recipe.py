@@ -45,17 +45,12 @@ def read(directory: str, name: str) -> list[str]:
 
 def real_target_tokens_per_step(config, run_dir: str) -> float:
     """Real (non-pad) target tokens per training step, averaged over one epoch."""
-    from keras_transformer.training.trainer import (
-        load_or_train_tokenizers,
-        load_pairs,
-        make_datasets,
-    )
+    from keras_transformer.runner import training_data
+    from keras_transformer.tasks import get_task
 
-    pairs = load_pairs(config, config.data.train_split)
-    tokenizers = load_or_train_tokenizers(
-        config, RunPaths(run_dir), pairs, tf.distribute.get_strategy()
-    )
-    data, _ = make_datasets(config, pairs, None, tokenizers)
+    task = get_task(config)
+    pairs, tokenizers = training_data(task, RunPaths(run_dir))
+    data = task.make_batches(pairs, tokenizers, shuffle=True)
     steps, tokens = data.reduce(
         (tf.constant(0, tf.int64), tf.constant(0, tf.int64)),
         lambda state, batch: (state[0] + 1, state[1] + tf.math.count_nonzero(batch[1])),
@@ -79,12 +74,12 @@ def main() -> None:
     multi30k = os.path.abspath(args.multi30k_dir)
     config = load_config(
         "multi30k_de_en",
-        [f"data.local_dir={multi30k}", f"training.run_dir={args.run_dir}", *args.overrides],
+        [f"translation.local_dir={multi30k}", f"training.run_dir={args.run_dir}", *args.overrides],
     )
     paths = RunPaths(args.run_dir)
     minutes = None
     if not args.skip_train:
-        from keras_transformer.training import train
+        from keras_transformer.runner import train
 
         start = time.monotonic()
         train(config)

@@ -5,7 +5,7 @@ d_model 256, 4 heads, d_ff 1024, dropout 0.1, post-norm, one embedding shared by
 target and the pre-softmax projection; `--set model.x=...` changes it for all three):
 
 - ours: `keras_transformer.training.build_model` + `compile_model`, built and compiled as
-  `keras_transformer.training.train` does (Adam 0.9/0.98/1e-9 on `TransformerSchedule`,
+  `keras_transformer.runner.train` does (Adam 0.9/0.98/1e-9 on `TransformerSchedule`,
   `MaskedSparseCategoricalCrossentropy` with label smoothing, the accuracy metric,
   `jit_compile` resolved from the config: off on CPU), stepped with `train_on_batch`;
 - KerasHub: `keras_hub.layers.TransformerEncoder` / `TransformerDecoder` (`normalize_first`
@@ -47,8 +47,8 @@ work the hardware does.) MFU = (sum of the measured steps' FLOPs / their time) /
 measured matmul FLOP/s (target: >= 50%).
 
 Bucketed versus fixed-length batches: ours on the first `--fixed-steps` measured batches as
-bucketed (their ms/step from the main run) and padded to `data.max_source_length` x
-`data.max_target_length` (the same sentences, so the same real tokens).
+bucketed (their ms/step from the main run) and padded to `translation.max_source_length` x
+`translation.max_target_length` (the same sentences, so the same real tokens).
 
 Memory: ours in a fresh subprocess each with `model.remat=false` and `model.remat=true`
 (`keras.RematScope` over the encoder/decoder layers), `--memory-steps` training steps
@@ -163,7 +163,7 @@ def main() -> None:
     config = load_config(
         "multi30k_de_en",
         [
-            f"data.local_dir={os.path.abspath(args.multi30k_dir)}",
+            f"translation.local_dir={os.path.abspath(args.multi30k_dir)}",
             f"data.data_dir={os.path.join(args.work_dir, 'tfds')}",
             f"training.run_dir={args.work_dir}",
             *args.overrides,
@@ -182,7 +182,7 @@ def main() -> None:
     start = time.perf_counter()
     batches, vocab = load_batches(config, args.work_dir, args.warmup + args.steps)
     arch = Arch.from_config(config, vocab)
-    d = config.data
+    d, lengths = config.data, config.translation
     print(
         f"model: {arch.encoder_layers}+{arch.decoder_layers} layers, d_model {arch.d_model}, "
         f"d_ff {arch.d_ff}, {arch.num_heads} heads, dropout {arch.dropout} (attention "
@@ -337,7 +337,7 @@ def main() -> None:
     if args.fixed_steps:
         count = min(args.fixed_steps, args.steps)
         subset = measured[:count]
-        fixed = [pad_batch(b, d.max_source_length, d.max_target_length) for b in subset]
+        fixed = [pad_batch(b, lengths.max_source_length, lengths.max_target_length) for b in subset]
         fixed_timing = run_steps(
             "fixed", keras_step(ours), [fixed[0], *fixed], 1, arch, ours.reset_metrics
         )
@@ -364,7 +364,7 @@ def main() -> None:
                 ],
                 [
                     "fixed length",
-                    f"{d.max_source_length} x {d.max_target_length}",
+                    f"{lengths.max_source_length} x {lengths.max_target_length}",
                     padding(fixed),
                     f"{1000 * fixed_timing.total_s / count:.0f}",
                     f"{fixed_timing.tokens_per_s:,.0f}",
@@ -380,13 +380,13 @@ def main() -> None:
     # Memory with and without remat.
     if args.memory_steps:
         memory_batches = [
-            pad_batch(b, d.max_source_length, d.max_target_length)
+            pad_batch(b, lengths.max_source_length, lengths.max_target_length)
             for b in measured[: args.memory_steps]
         ]
         print(
             f"\npeak RSS of ours, fresh process each, {args.memory_steps} training steps "
             f"(train_on_batch) on the measured batches of {batching(d)} padded to "
-            f"{d.max_source_length} x {d.max_target_length}:"
+            f"{lengths.max_source_length} x {lengths.max_target_length}:"
         )
         if not print_memory(measure_memory(args, memory_batches, vocab, eager=False)):
             print("the same in eager mode (run_eagerly=True), where remat runs:")

@@ -23,13 +23,9 @@ import tensorflow as tf
 
 from keras_transformer.config import load_config
 from keras_transformer.run_dir import RunPaths
-from keras_transformer.training import (
-    MaskedSparseCategoricalAccuracy,
-    build_model,
-    compile_model,
-    make_datasets,
-)
-from keras_transformer.training.trainer import load_or_train_tokenizers, load_pairs
+from keras_transformer.runner import training_data
+from keras_transformer.tasks import get_task
+from keras_transformer.training import MaskedSparseCategoricalAccuracy, compile_model
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -60,10 +56,10 @@ class Meter(keras.callbacks.Callback):
         self.logs = logs
 
 
-def run(config, tokenizers, pairs, steps, skip, jit):
-    config.training.steps_per_epoch = steps
-    train, _ = make_datasets(config, pairs, None, tokenizers)
-    model = build_model(config, tokenizers[0].vocab_size, tokenizers[1].vocab_size)
+def run(task, tokenizers, pairs, steps, skip, jit):
+    config = task.config
+    train = task.make_batches(pairs, tokenizers, shuffle=True).repeat()
+    model = task.build_model(tokenizers, None)
     t = config.training
     compile_model(
         model,
@@ -105,7 +101,7 @@ def main():
     config = load_config(
         "multi30k_de_en",
         [
-            f"data.local_dir={os.path.abspath(args.multi30k_dir)}",
+            f"translation.local_dir={os.path.abspath(args.multi30k_dir)}",
             f"data.data_dir={os.path.join(args.work_dir, 'tfds')}",
             f"training.run_dir={args.work_dir}",
             *args.overrides,
@@ -116,18 +112,19 @@ def main():
         f"{os.cpu_count()} CPUs, GPUs: {len(tf.config.list_physical_devices('GPU'))}"
     )
     keras.utils.set_random_seed(config.training.seed)
-    pairs = load_pairs(config, config.data.train_split)
     paths = RunPaths(args.work_dir)
     os.makedirs(paths.root, exist_ok=True)
-    tokenizers = load_or_train_tokenizers(config, paths, pairs, tf.distribute.get_strategy())
+    task = get_task(config)
+    pairs, tokenizers = training_data(task, paths)
     m = config.model
     print(
         f"model: {m.num_encoder_layers}+{m.num_decoder_layers} layers, d_model {m.d_model}, "
         f"d_ff {m.d_ff}, {m.num_heads} heads, vocab {tokenizers[0].vocab_size}; "
-        f"batch {config.data.batch_size} sentences"
+        f"batches of {config.data.batch_size or config.data.tokens_per_batch} "
+        f"{'sentences' if config.data.batch_size else 'tokens'}"
     )
     for jit in {"off": [False], "on": [True], "both": [False, True]}[args.jit]:
-        run(config, tokenizers, pairs, args.steps, args.skip, jit)
+        run(task, tokenizers, pairs, args.steps, args.skip, jit)
 
 
 if __name__ == "__main__":

@@ -41,9 +41,9 @@ keras-transformer train --config multi30k_de_en --run-dir "$RUN_DIR" \
   --set model.num_encoder_layers=2 --set model.num_decoder_layers=2 \
   --set model.d_model=128 --set model.num_heads=4 --set model.d_ff=512 \
   --set data.vocab_size=4000 --set data.batch_size=64 \
-  --set data.max_source_length=40 --set data.max_target_length=40 \
+  --set translation.max_source_length=40 --set translation.max_target_length=40 \
   --set training.epochs="$EPOCHS" --set training.warmup_steps=400 \
-  --set training.learning_rate_scale=2.0 --set training.bleu_every=null \
+  --set training.learning_rate_scale=2.0 --set translation.bleu_every=null \
   --set training.verbose=2
 
 echo "== 2/5 export -> $EXPORT_DIR/transformer/<version>"

@@ -19,7 +19,7 @@ def _train(tmp_path, source, target):
         "--set",
         f"data.source={source}",
         "--set",
-        f"data.target_path={target}",
+        f"translation.target_path={target}",
         "--set",
         "data.validation_split=null",
     ]

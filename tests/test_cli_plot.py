@@ -58,7 +58,7 @@ def test_plot_refuses_a_missing_or_incomplete_run_directory(tmp_path, capsys):
 def _train_args(run_dir, multi30k_dir, tfds_dir):
     overrides = [
         f"training.run_dir={run_dir}",
-        f"data.local_dir={multi30k_dir}",
+        f"translation.local_dir={multi30k_dir}",
         f"data.data_dir={tfds_dir}",
         "data.max_train_examples=2000",
         "data.max_validation_examples=32",
@@ -74,8 +74,8 @@ def _train_args(run_dir, multi30k_dir, tfds_dir):
         "training.validation_steps=1",
         "training.warmup_steps=4",
         "training.lr_decay=inverse_sqrt",  # the curve the test recomputes
-        "training.bleu_every=2",
-        "training.bleu_max_sentences=8",
+        "translation.bleu_every=2",
+        "translation.bleu_max_sentences=8",
         "training.verbose=0",
     ]
     args = ["train", "--config", "multi30k_de_en"]

@@ -15,7 +15,7 @@ from keras_transformer.run_dir import RunPaths, load_run
 def _args(run_dir, multi30k_dir, tfds_dir, *extra):
     overrides = [
         f"training.run_dir={run_dir}",
-        f"data.local_dir={multi30k_dir}",
+        f"translation.local_dir={multi30k_dir}",
         f"data.data_dir={tfds_dir}",
         "data.max_train_examples=2000",
         "data.max_validation_examples=64",

@@ -15,7 +15,7 @@ import tensorflow as tf
 from multi30k_files import read_lines
 
 from keras_transformer import Transformer
-from keras_transformer.export import SIGNATURES, export_translator, next_version
+from keras_transformer.export import export_predictor, next_version
 from keras_transformer.predictors import Translator
 from keras_transformer.serving.client import ServingClient, ServingError
 from keras_transformer.serving.ops import graph_ops, load_allowed_ops
@@ -23,6 +23,9 @@ from keras_transformer.serving.server import start_server
 from keras_transformer.tokenization import train_sentencepiece
 
 SENTENCES = ["Ein Hund läuft über die Wiese.", "Zwei Männer spielen Fußball.", ""]
+
+# The translator export's signatures: a contract with the clients of every earlier version.
+SIGNATURES = ("serving_default", "translate_nbest", "tokenize", "detokenize")
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +44,7 @@ def translator(multi30k_dir):
 @pytest.fixture(scope="module")
 def exported(translator, tmp_path_factory):
     base = str(tmp_path_factory.mktemp("exports"))
-    return base, export_translator(translator, base)
+    return base, export_predictor(translator, base)
 
 
 @pytest.fixture(scope="module")
@@ -81,14 +84,14 @@ def test_existing_version_and_failed_checks_leave_nothing_behind(translator, tmp
     model_dir = os.path.join(base, "transformer")
     os.makedirs(os.path.join(model_dir, "3"))
     with pytest.raises(ValueError, match="already exists.*next free one is 4"):
-        export_translator(translator, base, version=3)
+        export_predictor(translator, base, version=3)
     # An allow-list without the SentencePiece ops: the graph is refused, nothing published.
     allowed = {op for op in load_allowed_ops() if not op.startswith("Sentencepiece")}
     with pytest.raises(ValueError, match="Sentencepiece"):
-        export_translator(translator, base, allowed_ops=allowed)
+        export_predictor(translator, base, allowed_ops=allowed)
     assert os.listdir(model_dir) == ["3"]
     with pytest.raises(ValueError, match="expected a positive integer. Received: version=0"):
-        export_translator(translator, base, version=0)
+        export_predictor(translator, base, version=0)
 
 
 def test_graph_uses_only_ops_tf_serving_ships(exported):
@@ -131,7 +134,7 @@ def test_export_refuses_a_cache_written_with_xla_ops(translator, tmp_path, monke
 
     monkeypatch.setattr(multi_head_attention, "write_cache", write_cache_with_slice_update)
     with pytest.raises(ValueError, match=r"op XlaDynamicUpdateSlice \(node '[^']*while[^']*'"):
-        export_translator(translator, str(tmp_path))
+        export_predictor(translator, str(tmp_path))
     assert os.listdir(tmp_path / "transformer") == []
 
 

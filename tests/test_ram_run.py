@@ -12,10 +12,10 @@ import yaml
 from keras_transformer import Transformer, storage
 from keras_transformer.cli import main
 from keras_transformer.config import load_config
-from keras_transformer.export import export_translator
+from keras_transformer.export import export_predictor
 from keras_transformer.predictors import Translator
 from keras_transformer.run_dir import RunPaths, load_run
-from keras_transformer.training import train
+from keras_transformer.runner import train
 from keras_transformer.training.tokenizer_files import ready_marker
 
 STEPS, EPOCHS = 3, 2
@@ -36,7 +36,7 @@ class _CrashAt(keras.callbacks.Callback):
 def _config(run_dir, multi30k_dir, tfds_dir):
     overrides = [
         f"training.run_dir={run_dir}",
-        f"data.local_dir={multi30k_dir}",
+        f"translation.local_dir={multi30k_dir}",
         f"data.data_dir={tfds_dir}",
         "data.max_train_examples=1000",
         "data.max_validation_examples=32",
@@ -91,7 +91,7 @@ def test_train_resume_average_load_and_export_on_ram(tmp_path, multi30k_dir):
     expected = translator.translate_strings(sentences)[0].numpy().tolist()
 
     base = f"ram://exports-{uuid.uuid4().hex[:8]}"
-    version_dir = export_translator(translator, base)
+    version_dir = export_predictor(translator, base)
     assert version_dir == f"{base}/transformer/1"
     info = yaml.safe_load(storage.read_text(f"{version_dir}/assets.extra/export_info.json"))
     assert info["version"] == 1

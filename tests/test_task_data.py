@@ -175,18 +175,23 @@ def test_packaged_task_configs_and_task_checks():
         load_config(None, ["task=ner"])
     with pytest.raises(ValueError, match="`classification.pooling`.*Received: .*'max'"):
         load_config("imdb_reviews", ["classification.pooling=max"])
-    with pytest.raises(ValueError, match="data.tokens_per_batch"):
-        load_config("imdb_reviews", ["data.batch_size=null", "data.tokens_per_batch=4096"])
-    with pytest.raises(ValueError, match="BLEU scores translations only"):
+    # Token batches are every task's now (one bucketer).
+    config = load_config("imdb_reviews", ["data.batch_size=null", "data.tokens_per_batch=4096"])
+    assert config.data.tokens_per_batch == 4096
+    with pytest.raises(ValueError, match="`training.bleu_every` for task 'tagging'"):
         load_config("conll2003_pos", ["training.bleu_every=1"])
     # Each task checks the one length it reads against the positional table.
-    assert load_config("imdb_reviews", ["model.max_length=64", "data.max_source_length=64"])
-    with pytest.raises(ValueError, match="data.max_target_length <= model.max_length=64"):
+    assert load_config("imdb_reviews", ["model.max_length=64", "classification.max_length=64"])
+    with pytest.raises(ValueError, match="language_modeling.max_length <= model.max_length=64"):
         load_config("tiny_shakespeare", ["model.max_length=64"])
-    with pytest.raises(ValueError, match="max_target_length <= model.max_length=64"):
+    with pytest.raises(ValueError, match="max_source_length <= model.max_length=64"):
         load_config(
             "multi30k_de_en",
-            ["model.max_length=64", "data.max_target_length=64", "data.max_source_length=65"],
+            [
+                "model.max_length=64",
+                "translation.max_target_length=64",
+                "translation.max_source_length=65",
+            ],
         )
     with pytest.raises(ValueError, match=r"unknown key\(s\) \['tagging.tag_feature'\]"):
         load_config("conll2003_pos", ["tagging.tag_feature=ner"])

@@ -10,18 +10,12 @@ from keras_transformer.model_config import TransformerConfig
 from keras_transformer.training import (
     ResumableBackupAndRestore,
     TrainingTransformer,
-    build_training_model,
+    build_transformer,
     compile_model,
     make_callbacks,
 )
 
 VOCAB = 16
-
-
-def build_model(config, remat=False, dtype_policy="float32"):
-    """The `TrainingTransformer` of a `TransformerConfig`, built."""
-    arguments = {**config.to_dict(), "dtype": dtype_policy}
-    return build_training_model(TrainingTransformer, arguments, remat=remat)
 
 
 def copy_task(n, max_len=8, vocab=VOCAB, seed=0):
@@ -82,7 +76,7 @@ def test_small_model_learns_to_copy():
         dropout=0.0,
         max_length=16,
     )
-    model = build_model(config)
+    model = build_transformer(config)
     compile_model(
         model,
         warmup_steps=200,
@@ -122,7 +116,7 @@ def _replica_values_identical(model, strategy):
 @pytest.mark.parametrize("jit_compile", [False, True])
 def test_fit_under_mirrored_strategy(two_cpu_strategy, jit_compile):
     with two_cpu_strategy.scope():
-        model = build_model(tiny_config(dropout=0.1))
+        model = build_transformer(tiny_config(dropout=0.1))
         compile_model(model, warmup_steps=20, jit_compile=jit_compile)
     assert model.per_replica_jit_compile is jit_compile
     assert model.jit_compile is False  # Keras' cross-device function stays un-compiled
@@ -154,7 +148,7 @@ class CrashAt(keras.callbacks.Callback):
 
 
 def _resumable_model():
-    model = build_model(tiny_config())
+    model = build_transformer(tiny_config())
     compile_model(model, warmup_steps=10, jit_compile=False)
     return model
 
@@ -227,8 +221,8 @@ def test_resume_after_a_complete_epoch(tmp_path):
 
 def test_remat_gives_the_same_gradients():
     (source, target_in), target_out = copy_task(8, seed=3)
-    plain = build_model(tiny_config())
-    remat = build_model(tiny_config(), remat=True)
+    plain = build_transformer(tiny_config())
+    remat = build_transformer(tiny_config(), remat=True)
     remat.set_weights(plain.get_weights())
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     gradients = []
@@ -253,7 +247,7 @@ def test_remat_trains_inside_fit():
     models = []
     for remat in (False, True):
         keras.utils.set_random_seed(5)
-        model = build_model(tiny_config(dropout=0.0), remat=remat)
+        model = build_transformer(tiny_config(dropout=0.0), remat=remat)
         compile_model(model, warmup_steps=10, jit_compile=False)
         models.append(model)
     initial = models[0].get_weights()
@@ -266,7 +260,7 @@ def test_remat_trains_inside_fit():
 
 
 def test_mixed_precision_uses_loss_scaling():
-    model = build_model(tiny_config(), dtype_policy="mixed_float16")
+    model = build_transformer(tiny_config(), dtype_policy="mixed_float16")
     compile_model(model, warmup_steps=10, jit_compile=False)
     assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
     assert keras.config.dtype_policy().name == "float32"  # nothing global changed
@@ -278,7 +272,7 @@ def test_mixed_precision_uses_loss_scaling():
 def test_to_plain_is_a_plain_transformer(tmp_path):
     from keras_transformer import Transformer
 
-    model = build_model(tiny_config())
+    model = build_transformer(tiny_config())
     plain = model.to_plain()
     assert type(plain) is Transformer and not isinstance(plain, TrainingTransformer)
     (source, target_in), _ = copy_task(2, seed=4)

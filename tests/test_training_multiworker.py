@@ -21,8 +21,7 @@ WORKER = textwrap.dedent(
     import numpy as np
     import tensorflow as tf
     from keras_transformer.model_config import TransformerConfig
-    from keras_transformer.training import (TrainingTransformer, build_training_model,
-                                            compile_model, is_chief, make_strategy)
+    from keras_transformer.training import build_transformer, compile_model, is_chief, make_strategy
 
     strategy = make_strategy("multi_worker")
     rng = np.random.default_rng(0)  # the same data on both workers; tf.data shards it
@@ -36,7 +35,7 @@ WORKER = textwrap.dedent(
                                num_decoder_layers=1, d_model=32, num_heads=4, d_ff=64, dropout=0.1,
                                max_length=16)
     with strategy.scope():
-        model = build_training_model(TrainingTransformer, config.to_dict())
+        model = build_transformer(config)
         compile_model(model, warmup_steps=20, jit_compile=bool(int(os.environ["JIT"])))
     history = model.fit(train, epochs=3, steps_per_epoch=12, validation_data=validation,
                         verbose=2)

@@ -7,7 +7,6 @@ import os
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 from test_cli_train import _args
 
 from keras_transformer.cli import main
@@ -24,7 +23,7 @@ SMALL = [
     "data.batch_size=64",
     "training.steps_per_epoch=null",
     "training.warmup_steps=4",
-    "training.bleu_max_sentences=16",
+    "translation.bleu_max_sentences=16",
     "training.early_stopping_patience=null",
 ]
 
@@ -40,19 +39,12 @@ def _weights(model):
 
 
 def test_count_batches_is_the_same_every_epoch(tmp_path, multi30k_dir):
+    from keras_transformer.runner import training_data
     from keras_transformer.tasks import get_task
-    from keras_transformer.training.tokenizer_files import load_or_train_tokenizers
 
     config = _config(tmp_path, multi30k_dir)
     task = get_task(config)
-    pairs = task.load_split("train")
-    tokenizers = load_or_train_tokenizers(
-        config,
-        RunPaths(str(tmp_path / "run")),
-        task.tokenizer_texts(pairs),
-        tf.distribute.get_strategy(),
-        shared=task.shared_vocab,
-    )
+    pairs, tokenizers = training_data(task, RunPaths(str(tmp_path / "run")))
     data = task.make_batches(pairs, tokenizers, shuffle=True)
     counted = count_batches(data)
     epochs = [sum(1 for _ in data) for _ in range(3)]  # reshuffled every epoch
@@ -67,7 +59,7 @@ def test_linear_decay_average_and_bleu_log(tmp_path, multi30k_dir):
         "training.epochs=3",
         "training.lr_decay=linear",
         "training.average_last=2",
-        "training.bleu_every=1",
+        "translation.bleu_every=1",
     )
     result = train(config)
     paths = result.paths
@@ -126,7 +118,7 @@ def test_time_budget_stops_cleanly(tmp_path, multi30k_dir):
         multi30k_dir,
         "training.epochs=50",
         "training.max_minutes=0.0001",
-        "training.bleu_every=10",
+        "translation.bleu_every=10",
     )
     result = train(config)
     assert int(result.model.optimizer.iterations.numpy()) == 1

@@ -87,7 +87,6 @@ def _figures(args: argparse.Namespace) -> dict:
     from keras_transformer.run_dir import RunPaths
     from keras_transformer.training.bleu import read_bleu_log
     from keras_transformer.training.curves import read_run_curves
-    from keras_transformer.predictors import Translator
 
     paths = RunPaths(args.run_dir)
     curves = read_run_curves(args.run_dir)

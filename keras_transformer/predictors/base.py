@@ -330,8 +330,7 @@ class LabelPredictor(Predictor):
 
     @classmethod
     def _from_run(cls, path: str, **kwargs: Any):
-        from keras_transformer.run_dir import load_run
-        from keras_transformer.tasks.data import read_labels
+        from keras_transformer.run_dir import load_run, read_labels
 
         model, tokenizer, _ = load_run(path)
         return cls(model, tokenizer, read_labels(path), **kwargs)

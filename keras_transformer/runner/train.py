@@ -78,23 +78,12 @@ def train(
     if chief:
         save_config(config, paths.config)
 
-    train_data = task.load_split(d.train_split, limit=d.max_train_examples)
+    train_data, tokenizers = training_data(task, paths, strategy)
     validation_data = None
     if d.validation_split or d.validation_source:
         validation_data = task.load_split(
             d.validation_split or "", validation=True, limit=d.max_validation_examples
         )
-    logger.info("Task %s on %s.", task.name, train_data.origin)
-    if task.labelled and chief:
-        write_labels(paths.root, train_data.labels)
-    tokenizers = load_or_train_tokenizers(
-        config,
-        paths,
-        task.tokenizer_texts(train_data),
-        strategy,
-        shared=task.shared_vocab,
-        hard_vocab_limit=task.hard_vocab_limit,
-    )
     train_batches = _distributed(task.make_batches(train_data, tokenizers, shuffle=True))
     if t.steps_per_epoch:
         train_batches = train_batches.repeat()
@@ -153,6 +142,34 @@ def train(
         extra_callbacks=extra_callbacks,
     )
     return TrainingResult(history=history, model=model, paths=paths)
+
+
+def training_data(
+    task: Any, paths: RunPaths, strategy: tf.distribute.Strategy | None = None
+) -> tuple[Any, tuple[Any, Any]]:
+    """The training split of a task's config (`data.max_train_examples` of it) and the run's
+    tokenizers (trained on it on the first run, reused after); the chief writes the label
+    names of a task with labels.
+
+    Returns:
+        `(train_data, (source_tokenizer, target_tokenizer))`: a `TaskData` and the two
+        `SubwordTokenizer`s (one, twice, with a shared vocabulary).
+    """
+    d = task.config.data
+    strategy = strategy or tf.distribute.get_strategy()
+    train_data = task.load_split(d.train_split, limit=d.max_train_examples)
+    logger.info("Task %s on %s.", task.name, train_data.origin)
+    if task.labelled and is_chief(strategy):
+        write_labels(paths.root, train_data.labels)
+    tokenizers = load_or_train_tokenizers(
+        task.config,
+        paths,
+        task.tokenizer_texts(train_data),
+        strategy,
+        shared=task.shared_vocab,
+        hard_vocab_limit=task.hard_vocab_limit,
+    )
+    return train_data, tokenizers
 
 
 def _optimizer_options(config: ExperimentConfig) -> dict[str, Any]:

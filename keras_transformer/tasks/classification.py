@@ -94,7 +94,7 @@ class ClassificationTask(LabelledTask):
         progress: bool = False,
     ) -> Iterator[str]:
         """`label<TAB>probability` a text a line (the most probable label)."""
-        probabilities = predictor.predict_proba(texts)
+        probabilities = predictor.predict_proba(texts, progress=progress)
         for row in probabilities:
             best = int(row.argmax())
             yield f"{predictor.labels[best]}\t{float(row[best]):.4f}"

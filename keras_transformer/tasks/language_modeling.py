@@ -153,7 +153,7 @@ class LanguageModelingTask(Task):
     ) -> Iterator[str]:
         """Each prompt with its continuation, a line; with `nbest`,
         `index<TAB>score<TAB>text` lines."""
-        results = predictor.generate_nbest(texts, n=nbest or 1)
+        results = predictor.generate_nbest(texts, n=nbest or 1, progress=progress)
         for index, (prompt, hypotheses) in enumerate(zip(texts, results)):
             for text, score in hypotheses:
                 line = prompt + text

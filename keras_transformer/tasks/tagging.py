@@ -92,5 +92,5 @@ class TaggingTask(LabelledTask):
         progress: bool = False,
     ) -> Iterator[str]:
         """`word/TAG` pairs, space-separated, a sentence a line."""
-        for pairs in predictor.tag(texts):
+        for pairs in predictor.tag(texts, progress=progress):
             yield " ".join(f"{word}/{tag}" for word, tag in pairs)

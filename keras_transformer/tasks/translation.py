@@ -36,7 +36,7 @@ from keras_transformer.tasks.base import Task
 from keras_transformer.tasks.registry import register_task
 from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy
 from keras_transformer.training.metrics import MaskedSparseCategoricalAccuracy
-from keras_transformer.training.models import TrainingTransformer, build_training_model
+from keras_transformer.training.models import build_transformer
 
 
 @register_task
@@ -116,11 +116,10 @@ class TranslationTask(Task):
         dtype_policy: str | None = None,
     ) -> keras.Model:
         m = self.config.model
-        architecture = m.to_transformer_config(tokenizers[0].vocab_size, tokenizers[1].vocab_size)
-        return build_training_model(
-            TrainingTransformer,
-            {**architecture.to_dict(), "dtype": dtype_policy or self.config.training.dtype_policy},
+        return build_transformer(
+            m.to_transformer_config(tokenizers[0].vocab_size, tokenizers[1].vocab_size),
             remat=m.remat if remat is None else remat,
+            dtype_policy=dtype_policy or self.config.training.dtype_policy,
         )
 
     @classmethod

@@ -10,7 +10,8 @@ Public API:
 - `make_strategy`, `resolve_jit_compile`, `is_chief`: strategies and XLA per strategy.
 - `ResumableBackupAndRestore`, `make_callbacks`: resumable training, checkpoints, logs.
 - `DistributedTrainingMixin` (`distributed.py`); `TrainingTransformer`,
-  `TrainingEncoderModel`, `TrainingDecoderModel`, `build_training_model` (`models.py`):
+  `TrainingEncoderModel`, `TrainingDecoderModel`, `build_training_model`,
+  `build_transformer` (`models.py`):
   `fit` that works under `MultiWorkerMirroredStrategy` and with XLA under
   `MirroredStrategy`, and `to_plain()` for the saved model.
 - `compile_model` (`compile.py`): Adam with the schedule, a task's loss and metrics.
@@ -47,6 +48,7 @@ from keras_transformer.training.models import (
     TrainingEncoderModel,
     TrainingTransformer,
     build_training_model,
+    build_transformer,
 )
 from keras_transformer.training.schedules import TransformerSchedule
 from keras_transformer.training.strategies import (
@@ -66,6 +68,7 @@ __all__ = [
     "TrainingTransformer",
     "TransformerSchedule",
     "build_training_model",
+    "build_transformer",
     "compile_model",
     "is_chief",
     "make_callbacks",

@@ -15,6 +15,7 @@ from typing import Any
 import keras
 import numpy as np
 
+from keras_transformer.model_config import TransformerConfig
 from keras_transformer.models.decoder_model import TransformerDecoderModel
 from keras_transformer.models.encoder_model import TransformerEncoderModel
 from keras_transformer.models.transformer import Transformer
@@ -125,3 +126,27 @@ def build_training_model(
         model = cls(**arguments)
         _build(model)
     return model
+
+
+def build_transformer(
+    config: TransformerConfig, *, remat: bool = False, dtype_policy: str = "float32"
+) -> TrainingTransformer:
+    """The `TrainingTransformer` of an architecture, built (what translation trains).
+
+    Args:
+        config: the architecture and vocabulary sizes.
+        remat: recompute each layer's activations in the backward pass.
+        dtype_policy: e.g. `"mixed_float16"`, set on the model only (no global state).
+
+    Returns:
+        The built model.
+
+    Example:
+    >>> from keras_transformer import TransformerConfig
+    >>> model = build_transformer(TransformerConfig(source_vocab_size=40, target_vocab_size=40,
+    ...     d_model=16, num_heads=2, d_ff=32, num_encoder_layers=1, num_decoder_layers=1))
+    >>> model.dtype_policy.name
+    'float32'
+    """
+    arguments = {**config.to_dict(), "dtype": dtype_policy}
+    return build_training_model(TrainingTransformer, arguments, remat=remat)
