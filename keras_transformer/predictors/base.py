@@ -24,7 +24,7 @@ Translator.from_run_dir("runs/lm")
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 import numpy as np
 import tensorflow as tf
@@ -154,7 +154,7 @@ class Predictor:
         self.batch_size = check_positive_int("batch_size", batch_size)
 
     @classmethod
-    def from_run_dir(cls, path: str, **kwargs: Any):
+    def from_run_dir(cls, path: str, **kwargs: Any) -> Self:
         """Loads a run directory (`keras_transformer.run_dir`) of this predictor's task.
 
         Args:
