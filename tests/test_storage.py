@@ -192,7 +192,7 @@ def test_chief_reuses_a_run_without_the_marker_and_writes_it(tokenizers):
     target.save(paths.target_tokenizer)
     pairs = tf.data.Dataset.from_tensor_slices((["unused"], ["unused"]))
     got_source, got_target = load_or_train_tokenizers(
-        None, paths, pairs, tf.distribute.get_strategy()
+        None, paths, pairs, tf.distribute.get_strategy(), shared=False
     )  # no config: training them would fail
     assert (got_source.vocab_size, got_target.vocab_size) == (300, 290)
     assert storage.exists(ready_marker(paths))

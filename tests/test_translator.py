@@ -124,10 +124,16 @@ def test_run_directories_record_source_eos(tmp_path, tokenizer):
     save_config(ExperimentConfig(), paths.config)
     assert trained_with_source_eos(paths.root) is True  # the default of new runs
     config = ExperimentConfig().to_dict()
-    del config["data"]["source_eos"]  # a run trained before the option existed
+    del config["translation"]["source_eos"]  # a run trained before the option existed
     with open(paths.config, "w", encoding="utf-8") as f:
         json.dump(config, f)
     assert trained_with_source_eos(paths.root) is False
+    # The layout before the task sections kept it in `data`.
+    config["data"]["source_eos"] = True
+    del config["translation"]
+    with open(paths.config, "w", encoding="utf-8") as f:
+        json.dump(config, f)
+    assert trained_with_source_eos(paths.root) is True
 
 
 @pytest.fixture(scope="module")
@@ -195,7 +201,7 @@ def test_commands_translate_and_evaluate(tmp_path, tokenizer, tiny_model, multi3
     hypotheses, details, scores = (tmp_path / n for n in ("hyp.txt", "d.jsonl", "s.json"))
     arguments = ["--source-file", str(source_file), "--reference-file", str(reference_file)]
     arguments += ["--output", str(hypotheses), "--details", str(details)]
-    arguments += ["--scores-json", str(scores), "--no-progress", *common]
+    arguments += ["--scores-json", str(scores), *common]
     assert cli.main(["evaluate", run_dir, *arguments]) == 0
     printed = capsys.readouterr().out
     assert "BLEU|nrefs:1|" in printed and "chrF2|" in printed
@@ -209,7 +215,7 @@ def test_commands_translate_and_evaluate(tmp_path, tokenizer, tiny_model, multi3
     # A split of Multi30k, through keras_transformer.data.
     arguments = ["--data", "multi30k/de-en", "--split", "test", "--local-dir", multi30k_dir]
     arguments += ["--data-dir", str(tmp_path / "tfds"), "--max-sentences", "4"]
-    arguments += ["--metrics", "chrf", "--output", str(hypotheses), "--no-progress", *common]
+    arguments += ["--metrics", "chrf", "--output", str(hypotheses), *common]
     assert cli.main(["evaluate", run_dir, *arguments]) == 0
     assert "\nchrF2|nrefs:1|" in capsys.readouterr().out  # after TFDS's own messages
     assert hypotheses.read_text(encoding="utf-8").splitlines() == translator.translate(

@@ -31,8 +31,10 @@ from keras_transformer.commands.decoding_options import add_decoding_arguments, 
 
 logger = logging.getLogger(__name__)
 
-# Options of translation's scoring: passed on only when set (another task refuses them).
-_SCORING_OPTIONS = (
+# The task's evaluation options: passed on only when set (a task refuses those it does not
+# take, naming them).
+_EVALUATION_OPTIONS = (
+    "progress",
     "source_file",
     "reference_file",
     "metrics",
@@ -95,7 +97,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--scores-json", default=None, help="Write the scores (and signatures) here."
     )
-    parser.add_argument("--no-progress", action="store_true", help="Do not show a progress bar.")
+    parser.add_argument(
+        "--progress", action="store_true", default=None, help="Show a progress bar."
+    )
     add_decoding_arguments(parser)
 
 
@@ -110,15 +114,11 @@ def _overrides(args: argparse.Namespace) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from keras_transformer.run_dir import run_task
     from keras_transformer.runner import evaluate_run
-    from keras_transformer.tasks import task_class
 
-    options = {name: getattr(args, name) for name in _SCORING_OPTIONS}
+    options = {name: getattr(args, name) for name in _EVALUATION_OPTIONS}
     options = {k: v for k, v in options.items() if v is not None}
     options.update(decoding_kwargs(args))
-    if task_class(run_task(args.run_dir)).decodes:
-        options["progress"] = not args.no_progress
     result = evaluate_run(
         args.run_dir,
         args.split,

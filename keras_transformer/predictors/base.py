@@ -24,7 +24,7 @@ Translator.from_run_dir("runs/lm")
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 import tensorflow as tf
@@ -133,6 +133,10 @@ def check_run_task(path: str, task: str) -> None:
         raise ValueError(f"Received a {found} run directory ({path}), expected a {task} run.")
 
 
+# A predictor class's own type (`from_run_dir` returns an instance of the class it is called on).
+P = TypeVar("P", bound="Predictor")
+
+
 class Predictor:
     """Texts in, predictions out, with a trained model: the part every task shares.
 
@@ -154,7 +158,7 @@ class Predictor:
         self.batch_size = check_positive_int("batch_size", batch_size)
 
     @classmethod
-    def from_run_dir(cls, path: str, **kwargs: Any) -> Self:
+    def from_run_dir(cls: type[P], path: str, **kwargs: Any) -> P:
         """Loads a run directory (`keras_transformer.run_dir`) of this predictor's task.
 
         Args:

@@ -6,25 +6,29 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import logging
 from typing import Any
 
 from keras_transformer.evaluation import EvaluationResult
 from keras_transformer.run_dir import RunPaths
 from keras_transformer.validation import check_optional, check_positive_int
 
+logger = logging.getLogger(__name__)
+
 
 def run_config(run_dir: str, overrides: list[str] | None = None) -> Any:
-    """The `ExperimentConfig` a run was trained with (`config.yaml`), with `overrides`
-    (`section.key=value`) applied: e.g. other data to evaluate on."""
+    """The `ExperimentConfig` a run was trained with (`config.yaml`; the defaults, a
+    translation run, without one), with `overrides` (`section.key=value`) applied: e.g.
+    other data to evaluate on."""
     from keras_transformer import storage
     from keras_transformer.config import load_config
 
     path = RunPaths(run_dir).config
     if not storage.exists(path):
-        raise FileNotFoundError(
-            f"Received an incomplete run directory {run_dir!r}: expected {path!r} (the "
-            "experiment config it was trained with) to exist."
-        )
+        # A model and tokenizers saved by hand: a translation run (`run_dir.run_task`), with
+        # the defaults.
+        logger.info("No %s: the run is read as a translation run with the defaults.", path)
+        return load_config(None, overrides)
     return load_config(path, overrides)
 
 

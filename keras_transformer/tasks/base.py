@@ -121,8 +121,17 @@ class Task(abc.ABC):
     # After training.
 
     @abc.abstractmethod
-    def evaluate(self, run_dir: str, split: str, **options: Any) -> EvaluationResult:
-        """Scores the run's model on a split of its data (or the `options`' data)."""
+    def evaluate(
+        self,
+        run_dir: str,
+        split: str,
+        *,
+        max_examples: int | None = None,
+        progress: bool = False,
+        **options: Any,
+    ) -> EvaluationResult:
+        """Scores the run's model on a split of the config's data (its first `max_examples`
+        examples), with a progress bar when asked; `options` are the task's own."""
 
     @classmethod
     def load_predictor(cls, run_dir: str, **options: Any) -> Any:

@@ -43,9 +43,11 @@ def evaluate_with_keras(
     *,
     max_examples: int | None = None,
     batch_size: int | None = None,
+    progress: bool = False,
 ) -> EvaluationResult:
     """Scores a run's model on a split with Keras' `evaluate` and the task's metrics (the
-    loss unsmoothed): accuracy, perplexity, and `loss` (Keras' per-batch average)."""
+    loss unsmoothed): accuracy, perplexity, and `loss` (Keras' per-batch average); `progress`
+    shows Keras' progress bar."""
     from keras_transformer.run_dir import load_run
 
     model, tokenizer, _ = load_run(run_dir)
@@ -62,7 +64,7 @@ def evaluate_with_keras(
     batches = batches.apply(tf.data.experimental.assert_cardinality(count))
     loss, metrics = task.loss_and_metrics(label_smoothing=0.0)
     model.compile(loss=loss, metrics=metrics)
-    scores = model.evaluate(batches, verbose=0, return_dict=True)
+    scores = model.evaluate(batches, verbose=1 if progress else 0, return_dict=True)
     return EvaluationResult.of_scores(
         {k: float(v) for k, v in scores.items()},
         task=task.name,
@@ -118,9 +120,15 @@ class LabelledTask(Task, abc.ABC):
         *,
         max_examples: int | None = None,
         batch_size: int | None = None,
+        progress: bool = False,
     ) -> EvaluationResult:
         return evaluate_with_keras(
-            self, run_dir, split, max_examples=max_examples, batch_size=batch_size
+            self,
+            run_dir,
+            split,
+            max_examples=max_examples,
+            batch_size=batch_size,
+            progress=progress,
         )
 
     @classmethod

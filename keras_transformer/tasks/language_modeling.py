@@ -103,10 +103,16 @@ class LanguageModelingTask(Task):
         *,
         max_examples: int | None = None,
         batch_size: int | None = None,
+        progress: bool = False,
     ) -> EvaluationResult:
         """Perplexity (exp of the mean cross-entropy of every token), token accuracy."""
         return evaluate_with_keras(
-            self, run_dir, split, max_examples=max_examples, batch_size=batch_size
+            self,
+            run_dir,
+            split,
+            max_examples=max_examples,
+            batch_size=batch_size,
+            progress=progress,
         )
 
     @classmethod
