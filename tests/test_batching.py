@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 import tensorflow as tf
+from task_configs import task_of
 
 from keras_transformer.data import synthetic
 from keras_transformer.data.batching import bucket_batches, default_bucket_lengths
-from keras_transformer.data.task_pipeline import make_task_batches
 from keras_transformer.data.task_sources import load_classification_data, load_tagging_data
 from keras_transformer.tokenization import train_sentencepiece
 
@@ -63,17 +63,11 @@ def test_task_batches_by_tokens_fit_the_budget_and_pad_to_buckets(tokenizer, tas
     budget, max_length = 96, 32
     buckets = set(default_bucket_lengths(max_length, 8))
     shapes, count = set(), 0
-    for x, y in make_task_batches(
-        task,
-        data.dataset,
-        tokenizer,
-        tokens_per_batch=budget,
-        max_length=max_length,
-        bucket_step=8,
-        pad_to_bucket=True,
-        shuffle=True,
-        seed=0,
-    ):
+    overrides = [f"data.tokens_per_batch={budget}", "data.pad_to_bucket=true"]
+    task_batches = task_of(task, max_length, *overrides).make_batches(
+        data, (tokenizer, tokenizer), shuffle=True
+    )
+    for x, y in task_batches:
         batch, length = x.shape
         assert batch * length <= budget
         assert length in buckets  # padded to the bucket, not the longest example

@@ -6,12 +6,12 @@ import logging
 import numpy as np
 import pytest
 import tensorflow as tf
+from task_configs import task_of
 
 from keras_transformer.config import load_config
 from keras_transformer.constants import BOS_ID, EOS_ID, NO_TAG_ID
 from keras_transformer.data import synthetic
 from keras_transformer.data.encoding import classification_ids, language_model_windows
-from keras_transformer.data.task_pipeline import encode_task_examples, make_task_batches
 from keras_transformer.data.task_sources import (
     load_classification_data,
     load_language_modeling_data,
@@ -92,7 +92,7 @@ def test_tfds_source_falls_back_offline_or_fails(tmp_path, caplog):
 
 def test_tagging_examples_label_each_word_once(tokenizer):
     data = load_tagging_data("synthetic_pos", "test[:50]")
-    examples = list(encode_task_examples("tagging", data.dataset, tokenizer, 64))
+    examples = list(task_of("tagging", 64).encode(data.dataset, (tokenizer, tokenizer)))
     for (words, tags), (ids, labels) in zip(data.dataset, examples):
         ids, labels = ids.numpy(), labels.numpy()
         assert labels.shape == ids.shape
@@ -103,7 +103,7 @@ def test_tagging_examples_label_each_word_once(tokenizer):
         assert all(p.decode().startswith("▁") for p in pieces[labelled])
         text = tokenizer.detokenize(ids[None]).numpy()[0].decode()
         assert text == " ".join(w.decode() for w in words.numpy())
-    cut = list(encode_task_examples("tagging", data.dataset, tokenizer, 3))
+    cut = list(task_of("tagging", 3).encode(data.dataset, (tokenizer, tokenizer)))
     assert max(len(x) for x, _ in cut) == 3
 
 
@@ -111,7 +111,8 @@ def test_classification_ids_start_with_bos_and_are_cut(tokenizer):
     ids = classification_ids(tokenizer, tf.constant(["The dog was good.", ""]), 4)
     assert ids[0, 0] == BOS_ID and ids.row_lengths().numpy().tolist() == [4, 1]
     data = load_classification_data("synthetic_sentiment", "test[:20]")
-    examples = list(encode_task_examples("classification", data.dataset, tokenizer, 128))
+    classification = task_of("classification", 128)
+    examples = list(classification.encode(data.dataset, (tokenizer, tokenizer)))
     assert [int(y) for _, y in examples] == [int(y) for _, y in data.dataset]
 
 
@@ -138,16 +139,8 @@ def test_batches_are_padded_and_bucketed(tokenizer, task):
         "classification": lambda: load_classification_data("synthetic_sentiment", "train[:200]"),
         "language_modeling": lambda: load_language_modeling_data("synthetic_text", "train[:200]"),
     }[task]
-    batches = make_task_batches(
-        task,
-        loader().dataset,
-        tokenizer,
-        batch_size=16,
-        max_length=24,
-        bucket_step=8,
-        shuffle=True,
-        seed=0,
-    )
+    config = task_of(task, 24, "data.batch_size=16", "data.bucket_step=8", "training.seed=0")
+    batches = config.make_batches(loader(), (tokenizer, tokenizer), shuffle=True)
     count = 0
     for x, y in batches:
         x, y = x.numpy(), y.numpy()

@@ -6,6 +6,7 @@ in this process."""
 import numpy as np
 import pytest
 import tensorflow as tf
+from task_configs import RECIPES
 
 from keras_transformer.config import load_config
 from keras_transformer.constants import TASKS
@@ -16,12 +17,6 @@ from keras_transformer.serving.client import ServingClient
 from keras_transformer.serving.server import start_server
 from keras_transformer.tasks import task_class
 
-RECIPES = {
-    "translation": "multi30k_de_en",
-    "tagging": "conll2003_pos",
-    "classification": "imdb_reviews",
-    "language_modeling": "tiny_shakespeare",
-}
 # A model's stack sizes under the keys its task reads.
 LAYERS = {
     "translation": ["model.num_encoder_layers=1", "model.num_decoder_layers=1"],

@@ -12,6 +12,8 @@ import textwrap
 import numpy as np
 import pytest
 import tensorflow as tf
+from task_configs import RECIPES as TASK_RECIPES
+from task_configs import task_of
 
 from keras_transformer import TransformerDecoderModel, TransformerEncoderModel
 from keras_transformer.cli import main
@@ -20,11 +22,7 @@ from keras_transformer.predictors import TextClassifier, TextGenerator, TextTagg
 from keras_transformer.run_dir import RunPaths, load_run, read_labels, run_task
 from keras_transformer.serving.ops import graph_ops, load_allowed_ops, load_xla_ops
 
-RECIPES = {
-    "tagging": "conll2003_pos",
-    "classification": "imdb_reviews",
-    "language_modeling": "tiny_shakespeare",
-}
+RECIPES = {task: TASK_RECIPES[task] for task in ("tagging", "classification", "language_modeling")}
 TEXTS = ["they watch the film .", "The old dog was not good!", ""]
 
 
@@ -102,15 +100,13 @@ def test_cli_train_writes_a_run_directory_per_task(runs):
 
 
 def _perplexity(run_dir, split):
-    from keras_transformer.data.task_pipeline import make_task_batches
     from keras_transformer.data.task_sources import load_language_modeling_data
 
     model, tokenizer, _ = load_run(run_dir)
     data = load_language_modeling_data("synthetic_text", split)
+    task = task_of("language_modeling", 32, "data.batch_size=7")
     total, count = 0.0, 0
-    for x, y in make_task_batches(
-        "language_modeling", data.dataset, tokenizer, batch_size=7, max_length=32, shuffle=False
-    ):
+    for x, y in task.make_batches(data, (tokenizer, tokenizer), shuffle=False):
         log_probs = tf.nn.log_softmax(model(x)).numpy()
         y = y.numpy()
         picked = np.take_along_axis(log_probs, y[..., None], -1)[..., 0]
@@ -125,7 +121,6 @@ def _independent_accuracy(task, run_dir, split):
 
     from keras_transformer.config import load_config
     from keras_transformer.constants import NO_TAG_ID
-    from keras_transformer.data.task_pipeline import make_task_batches
     from keras_transformer.data.task_sources import load_classification_data, load_tagging_data
 
     if task == "classification":
@@ -137,9 +132,8 @@ def _independent_accuracy(task, run_dir, split):
     config = load_config(RunPaths(run_dir).config)
     data = load_tagging_data("synthetic_pos", split)
     hits = total = 0
-    for x, y in make_task_batches(
-        "tagging", data.dataset, tokenizer, max_length=config.section.max_length, shuffle=False
-    ):
+    task = task_of("tagging", config.section.max_length)
+    for x, y in task.make_batches(data, (tokenizer, tokenizer), shuffle=False):
         y = y.numpy()
         labelled = y != NO_TAG_ID
         hits += (np.argmax(model(x).numpy(), -1) == y)[labelled].sum()
@@ -314,7 +308,25 @@ def test_cli_generate_export_and_user_errors(runs, tmp_path, capsys):
     base = str(tmp_path / "exports")
     assert main(["export", runs["classification"], "--base-path", base]) == 0
     assert os.listdir(os.path.join(base, "classifier")) == ["1"]
+    capsys.readouterr()
+    # Strings are tagged and classified as they are translated.
+    assert main(["tag", runs["tagging"], "the dog barks ."]) == 0
+    words = [pair.rsplit("/", 1) for pair in capsys.readouterr().out.split()]
+    assert [w for w, _ in words] == ["the", "dog", "barks", "."]
+    assert {t for _, t in words} <= set(read_labels(runs["tagging"]))
+    assert main(["classify", runs["classification"], "A good film.", "A bad one."]) == 0
+    rows = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
+    assert len(rows) == 2 and all(label in read_labels(runs["classification"]) for label, _ in rows)
+    assert all(0.0 < float(p) <= 1.0 for _, p in rows)
     # User mistakes: one line on stderr, exit status 2.
+    assert main(["translate", lm, "x"]) == 2
+    error = capsys.readouterr().err
+    assert "Received a language_modeling run directory" in error
+    assert "expected a translation run" in error and len(error.splitlines()) == 1
+    assert main(["plot", runs["tagging"]]) == 2
+    assert "Received a tagging run directory" in capsys.readouterr().err
+    assert main(["predict", runs["classification"], "x", "--nbest", "2"]) == 2
+    assert "--nbest for a classification run" in capsys.readouterr().err
     assert main(["generate", runs["tagging"], "x"]) == 2
     assert "Received a tagging run directory" in capsys.readouterr().err
     assert main(["export", runs["tagging"], "--base-path", base, "--beam-size", "2"]) == 2

@@ -1,9 +1,11 @@
 """The per-example encodings of every task, shared by training and inference.
 
-The input pipelines (`data.pipeline`, `data.task_pipeline`) and the predictors
-(`keras_transformer.predictors`) call these same functions, so a model sees at inference
-exactly the ids it was trained on. All run in the TensorFlow graph (tf-text tokenization),
-vectorized over a batch of texts, and return int32 ragged tensors:
+The tasks' training batches (`keras_transformer.tasks`: `Task.encode`, translation through
+`data.pipeline.encode_pairs`) and the predictors (`keras_transformer.predictors`) call these
+same functions, so a model sees at inference exactly the ids it was trained on;
+`encode_in_blocks` runs one over a dataset a block of examples at a time. All run in the
+TensorFlow graph (tf-text tokenization), vectorized over a batch of texts, and return int32
+ragged tensors:
 
 - translation: `translation_source` / `translation_source_ids` (the source ids, cut to the
   length limit, EOS last with `source_eos`), `translation_targets` (`[BOS] + ids` and
@@ -207,3 +209,31 @@ def prompt_ids(tokenizer: Any, texts: Any, max_length: int) -> tf.RaggedTensor:
     """Each prompt's ids, its last `max_length - 1` (room for the BOS the decoder puts
     first, as a training window starts): int32 (N, None) ragged."""
     return token_ids(tokenizer, texts)[:, -(int(max_length) - 1) :]
+
+
+def encode_in_blocks(
+    dataset: tf.data.Dataset, encode: Any, *, ragged: bool = False, min_length: int = 1
+) -> tf.data.Dataset:
+    """Raw examples encoded a block of `TOKENIZE_BLOCK` at a time (tf-text tokenization
+    vectorized over the block) into `(x, y)` examples of 1-D int32 tensors (`y` may be a
+    scalar label).
+
+    Args:
+        dataset: the raw examples.
+        encode: the block's examples (the dataset's components, batched) -> `(x, y)`, each
+            ragged (N, None) or dense (N,).
+        ragged: the examples have sequences of different lengths (a sentence's words),
+            batched as ragged tensors.
+        min_length: drop the examples whose `x` has fewer ids (an empty text).
+
+    Returns:
+        A `tf.data.Dataset` of `(x, y)`.
+    """
+    # Unbatched rows of ragged tensors are 1-D ragged values; a map makes them dense.
+    blocks = dataset.ragged_batch(TOKENIZE_BLOCK) if ragged else dataset.batch(TOKENIZE_BLOCK)
+    examples = (
+        blocks.map(encode, num_parallel_calls=tf.data.AUTOTUNE)
+        .unbatch()
+        .map(lambda x, y: (x, y), num_parallel_calls=tf.data.AUTOTUNE)
+    )
+    return examples.filter(lambda x, y: tf.size(x) >= min_length)

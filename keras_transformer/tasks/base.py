@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 import keras
 import tensorflow as tf
 
+from keras_transformer.data.batching import bucket_batches, default_bucket_lengths
 from keras_transformer.data.task_sources import TaskData
 from keras_transformer.evaluation import EvaluationResult
 from keras_transformer.run_dir import RunPaths
@@ -77,6 +78,10 @@ class Task(abc.ABC):
         return True
 
     @abc.abstractmethod
+    def encode(self, dataset: tf.data.Dataset, tokenizers: tuple[Any, Any]) -> tf.data.Dataset:
+        """The task's raw examples as `(x, y)` examples of 1-D int32 tensors (or scalar
+        labels), encoded as its predictor encodes (`data.encoding`)."""
+
     def make_batches(
         self,
         data: TaskData,
@@ -85,8 +90,21 @@ class Task(abc.ABC):
         shuffle: bool,
         batch_size: int | None = None,
     ) -> tf.data.Dataset:
-        """The encoded, length-bucketed, padded `(x, y)` batches of `data`, as the config's
-        `data` section says (`batch_size` overrides it)."""
+        """The encoded, length-bucketed, padded `(x, y)` batches of `data`
+        (`data.batching.bucket_batches`), as the config's `data` section says
+        (`batch_size` overrides it) up to the section's longest example."""
+        d, longest = self.config.data, self.section.longest
+        return bucket_batches(
+            self.encode(data.dataset, tokenizers),
+            batch_size=batch_size or d.batch_size,
+            tokens_per_batch=None if batch_size else d.tokens_per_batch,
+            bucket_lengths=default_bucket_lengths(longest, d.bucket_step),
+            max_length=longest,
+            pad_to_bucket=d.pad_to_bucket,
+            shuffle=shuffle,
+            shuffle_buffer_size=d.shuffle_buffer_size,
+            seed=self.config.training.seed,
+        )
 
     # Model.
 
@@ -176,26 +194,3 @@ def _tokenizers_of(predictor: Any) -> list[Any]:
 def count_examples(dataset: tf.data.Dataset) -> int:
     """The examples of a finite dataset (iterates it once)."""
     return int(dataset.reduce(tf.constant(0, tf.int64), lambda count, _: count + 1))
-
-
-def encoded_task_batches(
-    task: Task, data: TaskData, tokenizer: Any, shuffle: bool, batch_size: int | None
-) -> tf.data.Dataset:
-    """The batches of a one-tokenizer task (`data.task_pipeline.make_task_batches`) with
-    the config's `data` options and the task section's `max_length`."""
-    from keras_transformer.data.task_pipeline import make_task_batches
-
-    d = task.config.data
-    return make_task_batches(
-        task.name,
-        data.dataset,
-        tokenizer,
-        batch_size=batch_size or d.batch_size,
-        tokens_per_batch=None if batch_size else d.tokens_per_batch,
-        pad_to_bucket=d.pad_to_bucket,
-        max_length=task.section.max_length,
-        bucket_step=d.bucket_step,
-        shuffle=shuffle,
-        shuffle_buffer_size=d.shuffle_buffer_size,
-        seed=task.config.training.seed,
-    )

@@ -12,9 +12,9 @@ from typing import Any
 
 import tensorflow as tf
 
+from keras_transformer.data.encoding import classification_ids, encode_in_blocks
 from keras_transformer.data.task_sources import TaskData
 from keras_transformer.predictors import TextClassifier
-from keras_transformer.tasks.base import encoded_task_batches
 from keras_transformer.tasks.labelled import LabelledTask, task_texts
 from keras_transformer.tasks.registry import register_task
 from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy
@@ -50,15 +50,15 @@ class ClassificationTask(LabelledTask):
     def tokenizer_texts(self, data: TaskData) -> tf.data.Dataset:
         return task_texts(data, lambda text, label: text)
 
-    def make_batches(
-        self,
-        data: TaskData,
-        tokenizers: tuple[Any, Any],
-        *,
-        shuffle: bool,
-        batch_size: int | None = None,
-    ) -> tf.data.Dataset:
-        return encoded_task_batches(self, data, tokenizers[0], shuffle, batch_size)
+    def encode(self, dataset: tf.data.Dataset, tokenizers: tuple[Any, Any]) -> tf.data.Dataset:
+        """`x` BOS then the text's ids (cut to `max_length`; BOS is the first-token
+        pooler's summary token), `y` the label; an empty text is dropped."""
+        tokenizer, length = tokenizers[0], self.section.max_length
+        return encode_in_blocks(
+            dataset,
+            lambda texts, labels: (classification_ids(tokenizer, texts, length), labels),
+            min_length=2,  # more than BOS
+        )
 
     def num_classes(self, labels: tuple[str, ...]) -> int:
         return len(labels)

@@ -16,10 +16,11 @@ import keras
 import tensorflow as tf
 
 from keras_transformer.constants import PAD_ID
+from keras_transformer.data.encoding import encode_in_blocks, language_model_windows
 from keras_transformer.data.task_sources import TaskData
 from keras_transformer.evaluation import EvaluationResult
 from keras_transformer.predictors import TextGenerator
-from keras_transformer.tasks.base import Task, encoded_task_batches
+from keras_transformer.tasks.base import Task
 from keras_transformer.tasks.labelled import evaluate_with_keras, model_arguments, model_info
 from keras_transformer.tasks.registry import register_task
 from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy
@@ -59,15 +60,14 @@ class LanguageModelingTask(Task):
     def tokenizer_texts(self, data: TaskData) -> tf.data.Dataset:
         return data.dataset.map(lambda text: (text, ""))
 
-    def make_batches(
-        self,
-        data: TaskData,
-        tokenizers: tuple[Any, Any],
-        *,
-        shuffle: bool,
-        batch_size: int | None = None,
-    ) -> tf.data.Dataset:
-        return encoded_task_batches(self, data, tokenizers[0], shuffle, batch_size)
+    def encode(self, dataset: tf.data.Dataset, tokenizers: tuple[Any, Any]) -> tf.data.Dataset:
+        """`x` `[BOS] + tokens`, `y` `tokens + [EOS]`; a document longer than `max_length`
+        is cut into consecutive windows of `max_length` positions (a window after the first
+        starts with the token before it, not BOS)."""
+        tokenizer, length = tokenizers[0], self.section.max_length
+        return encode_in_blocks(
+            dataset, lambda texts: language_model_windows(tokenizer, texts, length)
+        )
 
     def build_model(
         self,

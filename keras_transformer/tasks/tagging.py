@@ -14,9 +14,9 @@ from typing import Any
 import tensorflow as tf
 
 from keras_transformer.constants import NO_TAG_ID
+from keras_transformer.data.encoding import encode_in_blocks, tagging_labels
 from keras_transformer.data.task_sources import TaskData
 from keras_transformer.predictors import TextTagger
-from keras_transformer.tasks.base import encoded_task_batches
 from keras_transformer.tasks.labelled import LabelledTask, task_texts
 from keras_transformer.tasks.registry import register_task
 from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy
@@ -51,15 +51,15 @@ class TaggingTask(LabelledTask):
     def tokenizer_texts(self, data: TaskData) -> tf.data.Dataset:
         return task_texts(data, lambda words, tags: tf.strings.reduce_join(words, separator=" "))
 
-    def make_batches(
-        self,
-        data: TaskData,
-        tokenizers: tuple[Any, Any],
-        *,
-        shuffle: bool,
-        batch_size: int | None = None,
-    ) -> tf.data.Dataset:
-        return encoded_task_batches(self, data, tokenizers[0], shuffle, batch_size)
+    def encode(self, dataset: tf.data.Dataset, tokenizers: tuple[Any, Any]) -> tf.data.Dataset:
+        """`x` the sentence's subword ids, `y` a word's tag k as id k + 1 on its first piece
+        and `NO_TAG_ID` on its other pieces (each word scored once); cut to `max_length`."""
+        tokenizer, length = tokenizers[0], self.section.max_length
+        return encode_in_blocks(
+            dataset,
+            lambda words, tags: tagging_labels(tokenizer, words, tags, length),
+            ragged=True,
+        )
 
     def num_classes(self, labels: tuple[str, ...]) -> int:
         return len(labels) + 1  # and NO_TAG_ID

@@ -79,33 +79,20 @@ class TranslationTask(Task):
     def shared_vocab(self) -> bool:
         return self.section.shared_vocab
 
-    def make_batches(
-        self,
-        data: TaskData,
-        tokenizers: tuple[Any, Any],
-        *,
-        shuffle: bool,
-        batch_size: int | None = None,
-    ) -> tf.data.Dataset:
-        from keras_transformer.data import default_bucket_lengths, make_batches
+    def encode(self, dataset: tf.data.Dataset, tokenizers: tuple[Any, Any]) -> tf.data.Dataset:
+        """`((source_ids, target_in), target_out)`: the source ids (EOS last with
+        `source_eos`), `[BOS] + target ids` and `target ids + [EOS]`; pairs over a length
+        limit or with an empty side are dropped (`data.pipeline.encode_pairs`)."""
+        from keras_transformer.data import encode_pairs
 
-        d, s = self.config.data, self.section
-        return make_batches(
-            data.dataset,
+        s = self.section
+        return encode_pairs(
+            dataset,
             *tokenizers,
-            bucket_lengths=default_bucket_lengths(s.longest, d.bucket_step),
-            batch_size=batch_size or d.batch_size,
-            tokens_per_batch=None if batch_size else d.tokens_per_batch,
             max_source_length=s.max_source_length,
             max_target_length=s.max_target_length,
-            pad_to_bucket=d.pad_to_bucket,
             source_eos=s.source_eos,
-            shuffle=shuffle,
-            shuffle_buffer_size=d.shuffle_buffer_size,
-            seed=self.config.training.seed,
         )
-
-    # Model.
 
     def build_model(
         self,

@@ -1,0 +1,17 @@
+"""A task of a packaged recipe with test-sized options (`keras_transformer.tasks.Task`)."""
+
+from keras_transformer.config import load_config
+from keras_transformer.tasks import get_task
+
+RECIPES = {
+    "translation": "multi30k_de_en",
+    "tagging": "conll2003_pos",
+    "classification": "imdb_reviews",
+    "language_modeling": "tiny_shakespeare",
+}
+
+
+def task_of(name, max_length, *overrides):
+    """The `Task` of `name`'s packaged recipe with `max_length` (a one-tokenizer task) and
+    more `section.key=value` overrides."""
+    return get_task(load_config(RECIPES[name], [f"{name}.max_length={max_length}", *overrides]))
