@@ -12,6 +12,7 @@ branches on a task's name: it asks the task (`tasks.get_task`).
 from __future__ import annotations
 
 import abc
+import dataclasses
 from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
 
@@ -62,10 +63,15 @@ class Task(abc.ABC):
     # Data.
 
     @abc.abstractmethod
+    def load_data(self, split: str, *, validation: bool = False) -> TaskData:
+        """The raw examples of a split (`validation`: the validation data's source)."""
+
     def load_split(
         self, split: str, *, validation: bool = False, limit: int | None = None
     ) -> TaskData:
-        """The raw examples of a split (`validation`: the validation data's source)."""
+        """`load_data`'s split, its first `limit` examples when given."""
+        data = self.load_data(split, validation=validation)
+        return dataclasses.replace(data, dataset=data.dataset.take(limit)) if limit else data
 
     @abc.abstractmethod
     def tokenizer_texts(self, data: TaskData) -> tf.data.Dataset:
@@ -138,18 +144,46 @@ class Task(abc.ABC):
 
     # After training.
 
-    @abc.abstractmethod
     def evaluate(
         self,
         run_dir: str,
         split: str,
         *,
         max_examples: int | None = None,
+        batch_size: int | None = None,
         progress: bool = False,
-        **options: Any,
     ) -> EvaluationResult:
         """Scores the run's model on a split of the config's data (its first `max_examples`
-        examples), with a progress bar when asked; `options` are the task's own."""
+        examples) with Keras' `evaluate` and the task's metrics, the loss unsmoothed: the
+        main metric, the others, and `loss` (Keras' per-batch average); `progress` shows
+        Keras' progress bar. A task that scores otherwise (translation: sacreBLEU on
+        translations) overrides it, with options of its own."""
+        from keras_transformer.run_dir import load_run, read_labels
+
+        model, tokenizer, _ = load_run(run_dir)
+        data = self.load_split(split, limit=max_examples)
+        if self.labelled and data.labels != read_labels(run_dir):
+            raise ValueError(
+                f"Received data whose labels {list(data.labels)} differ from the run's "
+                f"{list(read_labels(run_dir))} ({data.origin})."
+            )
+        batches = self.make_batches(
+            data, (tokenizer, tokenizer), shuffle=False, batch_size=batch_size
+        )
+        count = count_examples(batches)
+        if count == 0:
+            raise ValueError(f"Received an empty split {split!r} of {data.origin}.")
+        batches = batches.apply(tf.data.experimental.assert_cardinality(count))
+        loss, metrics = self.loss_and_metrics(label_smoothing=0.0)
+        model.compile(loss=loss, metrics=metrics)
+        scores = model.evaluate(batches, verbose=1 if progress else 0, return_dict=True)
+        return EvaluationResult.of_scores(
+            {k: float(v) for k, v in scores.items()},
+            task=self.name,
+            data=f"{data.origin}:{split}",
+            num_sentences=count_examples(data.dataset),
+            main=self.main_metric,
+        )
 
     @classmethod
     def load_predictor(cls, run_dir: str, **options: Any) -> Any:

@@ -15,7 +15,7 @@ import tensorflow as tf
 from keras_transformer.data.encoding import classification_ids, encode_in_blocks
 from keras_transformer.data.task_sources import TaskData
 from keras_transformer.predictors import TextClassifier
-from keras_transformer.tasks.labelled import LabelledTask, task_texts
+from keras_transformer.tasks.labelled import LabelledTask, source_options, task_texts
 from keras_transformer.tasks.registry import register_task
 from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy
 from keras_transformer.training.metrics import MaskedSparseCategoricalAccuracy
@@ -30,22 +30,17 @@ class ClassificationTask(LabelledTask):
     model_name = "classifier"
     predictor_class = TextClassifier
 
-    def load_split(
-        self, split: str, *, validation: bool = False, limit: int | None = None
-    ) -> TaskData:
+    def load_data(self, split: str, *, validation: bool = False) -> TaskData:
         from keras_transformer.data.task_sources import load_classification_data
 
         d, s = self.config.data, self.section
-        data = load_classification_data(
+        return load_classification_data(
             d.source,
             split,
             text_feature=s.text_feature,
             label_feature=s.label_feature,
-            fallback=s.fallback,
-            data_dir=d.data_dir,
-            download=d.download,
+            **source_options(self),
         )
-        return TaskData(data.dataset.take(limit), data.labels, data.origin) if limit else data
 
     def tokenizer_texts(self, data: TaskData) -> tf.data.Dataset:
         return task_texts(data, lambda text, label: text)

@@ -1,6 +1,6 @@
 """What the encoder-only tasks share (tagging, classification): label names kept with the
-run, the `TransformerEncoderModel`, scoring with Keras' `evaluate`, and the one
-`serving_default` signature."""
+run and the `TransformerEncoderModel`; and what every one-tokenizer task uses (the model's
+arguments, the loaders' options, the texts its tokenizer learns from)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,7 @@ import keras
 import tensorflow as tf
 
 from keras_transformer.data.task_sources import TaskData
-from keras_transformer.evaluation import EvaluationResult
-from keras_transformer.run_dir import read_labels
-from keras_transformer.tasks.base import Task, count_examples
+from keras_transformer.tasks.base import Task
 from keras_transformer.training.models import TrainingEncoderModel, build_training_model
 
 
@@ -34,44 +32,6 @@ def model_arguments(config: Any, vocabulary_size: int, dtype_policy: str | None)
         "pad_id": m.pad_id,
         "dtype": dtype_policy or config.training.dtype_policy,
     }
-
-
-def evaluate_with_keras(
-    task: Task,
-    run_dir: str,
-    split: str,
-    *,
-    max_examples: int | None = None,
-    batch_size: int | None = None,
-    progress: bool = False,
-) -> EvaluationResult:
-    """Scores a run's model on a split with Keras' `evaluate` and the task's metrics (the
-    loss unsmoothed): accuracy, perplexity, and `loss` (Keras' per-batch average); `progress`
-    shows Keras' progress bar."""
-    from keras_transformer.run_dir import load_run
-
-    model, tokenizer, _ = load_run(run_dir)
-    data = task.load_split(split, limit=max_examples)
-    if task.labelled and data.labels != read_labels(run_dir):
-        raise ValueError(
-            f"Received data whose labels {list(data.labels)} differ from the run's "
-            f"{list(read_labels(run_dir))} ({data.origin})."
-        )
-    batches = task.make_batches(data, (tokenizer, tokenizer), shuffle=False, batch_size=batch_size)
-    count = count_examples(batches)
-    if count == 0:
-        raise ValueError(f"Received an empty split {split!r} of {data.origin}.")
-    batches = batches.apply(tf.data.experimental.assert_cardinality(count))
-    loss, metrics = task.loss_and_metrics(label_smoothing=0.0)
-    model.compile(loss=loss, metrics=metrics)
-    scores = model.evaluate(batches, verbose=1 if progress else 0, return_dict=True)
-    return EvaluationResult.of_scores(
-        {k: float(v) for k, v in scores.items()},
-        task=task.name,
-        data=f"{data.origin}:{split}",
-        num_sentences=count_examples(data.dataset),
-        main=task.main_metric,
-    )
 
 
 class LabelledTask(Task, abc.ABC):
@@ -113,24 +73,6 @@ class LabelledTask(Task, abc.ABC):
             remat=m.remat if remat is None else remat,
         )
 
-    def evaluate(
-        self,
-        run_dir: str,
-        split: str,
-        *,
-        max_examples: int | None = None,
-        batch_size: int | None = None,
-        progress: bool = False,
-    ) -> EvaluationResult:
-        return evaluate_with_keras(
-            self,
-            run_dir,
-            split,
-            max_examples=max_examples,
-            batch_size=batch_size,
-            progress=progress,
-        )
-
     @classmethod
     def export_info(cls, predictor: Any) -> dict[str, Any]:
         return {
@@ -138,6 +80,13 @@ class LabelledTask(Task, abc.ABC):
             "labels": list(predictor.labels),
             "model": model_info(predictor.model),
         }
+
+
+def source_options(task: Task) -> dict[str, Any]:
+    """What a one-tokenizer task's loader (`data.task_sources`) takes from the config besides
+    the task section's features: the offline fallback, TFDS's folder and download."""
+    d = task.config.data
+    return {"fallback": task.section.fallback, "data_dir": d.data_dir, "download": d.download}
 
 
 def model_info(model: keras.Model) -> dict[str, Any]:

@@ -18,10 +18,9 @@ import tensorflow as tf
 from keras_transformer.constants import PAD_ID
 from keras_transformer.data.encoding import encode_in_blocks, language_model_windows
 from keras_transformer.data.task_sources import TaskData
-from keras_transformer.evaluation import EvaluationResult
 from keras_transformer.predictors import TextGenerator
 from keras_transformer.tasks.base import Task
-from keras_transformer.tasks.labelled import evaluate_with_keras, model_arguments, model_info
+from keras_transformer.tasks.labelled import model_arguments, model_info, source_options
 from keras_transformer.tasks.registry import register_task
 from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy
 from keras_transformer.training.metrics import MaskedPerplexity, MaskedSparseCategoricalAccuracy
@@ -40,22 +39,17 @@ class LanguageModelingTask(Task):
     decodes = True
     hard_vocab_limit = False
 
-    def load_split(
-        self, split: str, *, validation: bool = False, limit: int | None = None
-    ) -> TaskData:
+    def load_data(self, split: str, *, validation: bool = False) -> TaskData:
         from keras_transformer.data.task_sources import load_language_modeling_data
 
         d, s = self.config.data, self.section
-        data = load_language_modeling_data(
+        return load_language_modeling_data(
             d.source,
             split,
             text_feature=s.text_feature,
             document_separator=s.document_separator,
-            fallback=s.fallback,
-            data_dir=d.data_dir,
-            download=d.download,
+            **source_options(self),
         )
-        return TaskData(data.dataset.take(limit), data.labels, data.origin) if limit else data
 
     def tokenizer_texts(self, data: TaskData) -> tf.data.Dataset:
         return data.dataset.map(lambda text: (text, ""))
@@ -95,25 +89,6 @@ class LanguageModelingTask(Task):
             MaskedSparseCategoricalAccuracy(pad_id=PAD_ID, name="accuracy"),
             MaskedPerplexity(pad_id=PAD_ID, name="perplexity"),
         ]
-
-    def evaluate(
-        self,
-        run_dir: str,
-        split: str,
-        *,
-        max_examples: int | None = None,
-        batch_size: int | None = None,
-        progress: bool = False,
-    ) -> EvaluationResult:
-        """Perplexity (exp of the mean cross-entropy of every token), token accuracy."""
-        return evaluate_with_keras(
-            self,
-            run_dir,
-            split,
-            max_examples=max_examples,
-            batch_size=batch_size,
-            progress=progress,
-        )
 
     @classmethod
     def serving_endpoints(cls, predictor: Any) -> dict[str, tf.types.experimental.GenericFunction]:

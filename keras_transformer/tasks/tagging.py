@@ -17,7 +17,7 @@ from keras_transformer.constants import NO_TAG_ID
 from keras_transformer.data.encoding import encode_in_blocks, tagging_labels
 from keras_transformer.data.task_sources import TaskData
 from keras_transformer.predictors import TextTagger
-from keras_transformer.tasks.labelled import LabelledTask, task_texts
+from keras_transformer.tasks.labelled import LabelledTask, source_options, task_texts
 from keras_transformer.tasks.registry import register_task
 from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy
 from keras_transformer.training.metrics import MaskedSparseCategoricalAccuracy
@@ -31,22 +31,17 @@ class TaggingTask(LabelledTask):
     model_name = "tagger"
     predictor_class = TextTagger
 
-    def load_split(
-        self, split: str, *, validation: bool = False, limit: int | None = None
-    ) -> TaskData:
+    def load_data(self, split: str, *, validation: bool = False) -> TaskData:
         from keras_transformer.data.task_sources import load_tagging_data
 
         d, s = self.config.data, self.section
-        data = load_tagging_data(
+        return load_tagging_data(
             d.source,
             split,
             words_feature=s.words_feature,
             tags_feature=s.tags_feature,
-            fallback=s.fallback,
-            data_dir=d.data_dir,
-            download=d.download,
+            **source_options(self),
         )
-        return TaskData(data.dataset.take(limit), data.labels, data.origin) if limit else data
 
     def tokenizer_texts(self, data: TaskData) -> tf.data.Dataset:
         return task_texts(data, lambda words, tags: tf.strings.reduce_join(words, separator=" "))

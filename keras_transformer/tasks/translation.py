@@ -51,9 +51,7 @@ class TranslationTask(Task):
 
     # Data.
 
-    def load_split(
-        self, split: str, *, validation: bool = False, limit: int | None = None
-    ) -> TaskData:
+    def load_data(self, split: str, *, validation: bool = False) -> TaskData:
         from keras_transformer.data import load_parallel_dataset
 
         d, s = self.config.data, self.section
@@ -70,7 +68,7 @@ class TranslationTask(Task):
             local_dir=s.local_dir or os.environ.get(MULTI30K_DIR_ENV_VAR) or None,
             download=d.download,
         )
-        return TaskData(pairs.take(limit) if limit else pairs, None, source)
+        return TaskData(pairs, None, source)
 
     def tokenizer_texts(self, data: TaskData) -> tf.data.Dataset:
         return data.dataset
