@@ -1,5 +1,19 @@
 """keras_transformer: the encoder-decoder Transformer for machine translation in Keras 3, and
-the encoder-only and decoder-only models built from the same layers."""
+the encoder-only and decoder-only models built from the same layers.
+
+The workflow from Python, one import:
+
+```python
+from keras_transformer import load_config, train, evaluate_run, export_run, Translator
+
+config = load_config("multi30k_de_en", training={"max_minutes": 10})
+result = train(config, "runs/de-en")  # or train(config, run_dir, train_data=pairs)
+translator = result.predictor(beam_size=4)  # Translator.from_run_dir("runs/de-en")
+translator.translate(["Ein Hund läuft durch den Schnee."])
+evaluate_run("runs/de-en", "test").format()
+export_run("runs/de-en", "exports")  # a SavedModel that TF Serving serves
+```
+"""
 
 import importlib
 
@@ -31,19 +45,49 @@ _LAZY_MODULES = (
 )
 
 
+# The workflow's functions and classes, imported on first use too: name -> module.
+_LAZY_ATTRIBUTES = {
+    "load_config": "config",
+    "train": "runner",
+    "evaluate_run": "runner",
+    "export_run": "export",
+    "export_predictor": "export",
+    "Translator": "predictors",
+    "TextGenerator": "predictors",
+    "TextTagger": "predictors",
+    "TextClassifier": "predictors",
+}
+
+
 def __getattr__(name: str):
     if name in _LAZY_MODULES:
         return importlib.import_module(f"keras_transformer.{name}")
+    if name in _LAZY_ATTRIBUTES:
+        module = importlib.import_module(f"keras_transformer.{_LAZY_ATTRIBUTES[name]}")
+        return getattr(module, name)
     raise AttributeError(f"module 'keras_transformer' has no attribute {name!r}")
 
 
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY_MODULES, *_LAZY_ATTRIBUTES})
+
+
 __all__ = [
+    "TextClassifier",
+    "TextGenerator",
     "PRESETS",
+    "TextTagger",
+    "Translator",
     "Transformer",
     "TransformerConfig",
     "TransformerDecoderModel",
     "TransformerEncoderModel",
     "__version__",
+    "evaluate_run",
+    "export_predictor",
+    "export_run",
     "layers",
+    "load_config",
     "masks",
+    "train",
 ]

@@ -75,6 +75,16 @@ def check_non_negative_float(name: str, value: Any) -> float:
     return float(value)
 
 
+def check_holdout(name: str, value: Any) -> float | int:
+    """Returns `value` if it is a fraction in (0, 1) (a float) or a positive number of
+    examples (an int), else raises `ValueError`."""
+    if isinstance(value, float) and 0 < value < 1:
+        return value
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise _invalid(name, "a fraction in (0, 1) or a positive number of examples", value)
+    return value
+
+
 def check_one_of(name: str, value: Any, options: Sequence[Any]) -> Any:
     """Returns `value` if it is one of `options` (`True` is not `1`), else raises.
 

@@ -13,11 +13,16 @@ checks the values (`ExperimentConfig.validate`, with the rules of
   `classification`, `language_modeling`); a config holds its `task`'s only.
 - `experiment.py`: `ExperimentConfig`.
 - `building.py`: building one from nested dicts, and the layout before the task sections.
-- `loading.py`: `load_config`, `save_config`.
+- `loading.py`: `load_config`, `save_config`, `packaged_configs`.
 """
 
 from keras_transformer.config.experiment import ExperimentConfig
-from keras_transformer.config.loading import CONFIGS_DIR, load_config, save_config
+from keras_transformer.config.loading import (
+    CONFIGS_DIR,
+    load_config,
+    packaged_configs,
+    save_config,
+)
 from keras_transformer.config.sections import DataConfig, ModelConfig, TrainingConfig
 from keras_transformer.config.task_sections import (
     TASK_SECTIONS,
@@ -39,5 +44,6 @@ __all__ = [
     "TrainingConfig",
     "TranslationConfig",
     "load_config",
+    "packaged_configs",
     "save_config",
 ]

@@ -4,31 +4,46 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from keras_transformer import storage
 from keras_transformer.config.building import OLD_TRANSLATION_KEYS, new_key, upgrade_layout
 from keras_transformer.config.experiment import ExperimentConfig
+from keras_transformer.config.sections import BATCH_SIZE_ALTERNATIVES
 
 CONFIGS_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "configs")
 
-_BATCH_SIZE_ALTERNATIVES = {
-    "data.batch_size": "tokens_per_batch",
-    "data.tokens_per_batch": "batch_size",
-}
+Overrides = Sequence[str] | Mapping[str, Any]
 
 
-def load_config(path: str | None = None, overrides: list[str] | None = None) -> ExperimentConfig:
-    """Reads an experiment config from YAML or JSON and applies `key.sub=value` overrides.
+def packaged_configs() -> list[str]:
+    """The names of the configs packaged in `keras_transformer/configs`."""
+    return sorted(
+        name.removesuffix(".yaml") for name in os.listdir(CONFIGS_DIR) if name.endswith(".yaml")
+    )
 
-    Values of overrides are parsed as YAML (`1`, `0.5`, `true`, `null`, `[a, b]`, text) and
-    type-checked against the dataclass fields like the file's values. `data.batch_size` and
-    `data.tokens_per_batch` are alternatives: an override that sets one clears the other.
+
+def load_config(
+    path: str | None = None, overrides: Overrides | None = None, **sections: Any
+) -> ExperimentConfig:
+    """Reads an experiment config from YAML or JSON and applies overrides.
+
+    Overrides come as strings, `["training.epochs=1"]` (the values parsed as YAML: `1`,
+    `0.5`, `true`, `null`, `[a, b]`, text), as a dict of dotted keys,
+    `{"training.epochs": 1}`, or as keyword arguments, one a section,
+    `training={"epochs": 1}` (`task="classification"` for the top-level key); the keyword
+    arguments apply last. Values are type-checked against the dataclass fields like the
+    file's values. `data.batch_size` and `data.tokens_per_batch` are alternatives: an
+    override that sets one clears the other.
 
     Args:
         path: a `.yaml`/`.yml`/`.json` file; None starts from the defaults. A bare name such
-            as `"multi30k_de_en"` selects a config packaged in `keras_transformer/configs`.
-        overrides: e.g. `["training.epochs=1", "data.max_train_examples=2000"]`.
+            as `"multi30k_de_en"` selects a config packaged in `keras_transformer/configs`
+            (`packaged_configs()`).
+        overrides: e.g. `["training.epochs=1", "data.max_train_examples=2000"]` or
+            `{"training.epochs": 1}`.
+        **sections: e.g. `training={"epochs": 1}, data={"batch_size": 32}`.
 
     Returns:
         The validated `ExperimentConfig`.
@@ -41,6 +56,8 @@ def load_config(path: str | None = None, overrides: list[str] | None = None) -> 
     >>> config = load_config("multi30k_de_en", ["training.epochs=1"])
     >>> config.training.epochs, config.model.d_model, config.translation.source_lang
     (1, 256, 'de')
+    >>> load_config("multi30k_de_en", training={"epochs": 2}).training.epochs
+    2
     """
     import yaml
 
@@ -59,29 +76,57 @@ def load_config(path: str | None = None, overrides: list[str] | None = None) -> 
                 f"sections 'model', 'data', 'training'. Received: {type(loaded).__name__}"
             )
         values = upgrade_layout(loaded)
-    for override in overrides or []:
-        key, sep, raw = str(override).partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise ValueError(
-                "Received an invalid override, expected `section.key=value` such as "
-                f"`training.epochs=1`. Received: {override!r}"
-            )
-        try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError:
-            value = raw
+    for key, value in _override_items(overrides, sections):
         parts = key.split(".")
         if tuple(parts) in OLD_TRANSLATION_KEYS:
             # An override in the old layout sets the key where it lives now.
             task = values.get("task", "translation")
             parts = (new_key(task, *parts) or key).split(".")
         _set_path(values, parts, value, key)
-        alternative = _BATCH_SIZE_ALTERNATIVES.get(key)
-        if alternative and value is not None and isinstance(values.get("data"), dict):
+        alternative = BATCH_SIZE_ALTERNATIVES.get(key.removeprefix("data."))
+        if key.startswith("data.") and alternative and value is not None:
             # The two batch sizes are alternatives: setting one replaces the other.
             values["data"][alternative] = None
     return ExperimentConfig.from_dict(values)
+
+
+def _override_items(
+    overrides: Overrides | None, sections: Mapping[str, Any]
+) -> list[tuple[str, Any]]:
+    """`(dotted key, value)` of the overrides (strings parsed as YAML) and of the keyword
+    sections, in that order."""
+    import yaml
+
+    items: list[tuple[str, Any]] = []
+    if isinstance(overrides, Mapping):
+        items += [(str(key).strip(), value) for key, value in overrides.items()]
+    else:
+        if isinstance(overrides, str):
+            overrides = [overrides]
+        for override in overrides or []:
+            key, sep, raw = str(override).partition("=")
+            if not sep or not key.strip():
+                raise ValueError(
+                    "Received an invalid override, expected `section.key=value` such as "
+                    f"`training.epochs=1`. Received: {override!r}"
+                )
+            try:
+                value = yaml.safe_load(raw) if raw.strip() else ""
+            except yaml.YAMLError:
+                value = raw
+            items.append((key.strip(), value))
+    for name, value in sections.items():
+        if isinstance(value, Mapping):
+            items += [(f"{name}.{key}", inner) for key, inner in value.items()]
+        else:
+            items.append((name, value))
+    for key, _ in items:
+        if not key or "" in key.split("."):
+            raise ValueError(
+                "Received an invalid override key, expected `section.key` such as "
+                f"`training.epochs`. Received: {key!r}"
+            )
+    return items
 
 
 def save_config(config: ExperimentConfig, path: str) -> None:

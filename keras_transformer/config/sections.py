@@ -18,6 +18,7 @@ from keras_transformer.constants import (
 from keras_transformer.model_config import ArchitectureConfig, TransformerConfig
 from keras_transformer.validation import (
     check_architecture,
+    check_holdout,
     check_non_negative_int,
     check_one_of,
     check_optional,
@@ -51,6 +52,10 @@ class ModelConfig(ArchitectureConfig):
         )
 
 
+# The two batch sizes are alternatives: setting one (to a value) clears the other.
+BATCH_SIZE_ALTERNATIVES = {"batch_size": "tokens_per_batch", "tokens_per_batch": "batch_size"}
+
+
 @dataclass
 class DataConfig:
     """The `data` section: corpus, tokenizers and batching.
@@ -59,9 +64,14 @@ class DataConfig:
         source: what `keras_transformer.data.load_parallel_dataset` loads: `"multi30k"`,
             a TFDS name (`"ted_hrlr_translate/pt_to_en"`) or a local file.
         train_split: the training split.
-        validation_split: the validation split (None: no validation).
+        validation_split: the validation split (None: no validation). Local files have no
+            splits: their validation data is `validation_source` or a holdout.
         validation_source: for local files, the validation source (or TSV) file
             (translation).
+        validation_holdout: hold out the last part of the training split as the validation
+            data instead, as Keras' `fit(validation_split=...)` does: a fraction in (0, 1)
+            or a number of examples, taken before `max_train_examples` (None: off). The
+            run's evaluation of `validation_split` scores the same examples.
         data_dir: the TFDS data folder (TFDS's default when None).
         download: whether TFDS may download and prepare data.
         max_train_examples: use only the first N training pairs.
@@ -71,6 +81,8 @@ class DataConfig:
         tokenizer_max_sentences: sentences sampled to train a tokenizer.
         batch_size: sentences per batch (global, over all replicas).
         tokens_per_batch: batch by tokens instead (then `batch_size` must be None).
+            The two are alternatives: setting one to a value, as an override or as an
+            attribute (`config.data.batch_size = 64`), clears the other.
         bucket_step: the spacing of the length buckets (sentences of lengths within one
             step share batches). 2 pads 11% of the target tokens of Multi30k's batches and
             8 pads 24%, but with 4,096-token batches the Multi30k recipe learned far more
@@ -84,6 +96,7 @@ class DataConfig:
     train_split: str = "train"
     validation_split: str | None = "validation"
     validation_source: str | None = None
+    validation_holdout: int | float | None = None
     data_dir: str | None = None
     download: bool = True
     max_train_examples: int | None = None
@@ -96,6 +109,15 @@ class DataConfig:
     bucket_step: int = 8
     pad_to_bucket: bool = False
     shuffle_buffer_size: int = 20_000
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_built", True)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        alternative = BATCH_SIZE_ALTERNATIVES.get(name)
+        if alternative and value is not None and self.__dict__.get("_built"):
+            object.__setattr__(self, alternative, None)
+        object.__setattr__(self, name, value)
 
 
 @dataclass
@@ -186,6 +208,13 @@ def validate_data(d: DataConfig) -> None:
     for key in ("max_train_examples", "max_validation_examples", "tokens_per_batch"):
         check_optional(check_positive_int, f"data.{key}", getattr(d, key))
     check_optional(check_positive_int, "data.batch_size", d.batch_size)
+    check_optional(check_holdout, "data.validation_holdout", d.validation_holdout)
+    if d.validation_holdout is not None and d.validation_source is not None:
+        raise ValueError(
+            "Expected at most one of `data.validation_source` and `data.validation_holdout`. "
+            f"Received: data.validation_source={d.validation_source!r}, "
+            f"data.validation_holdout={d.validation_holdout!r}"
+        )
     if (d.batch_size is None) == (d.tokens_per_batch is None):
         raise ValueError(
             "Expected exactly one of `data.batch_size` and `data.tokens_per_batch`. "

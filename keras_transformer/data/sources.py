@@ -174,6 +174,13 @@ def load_multi30k(
     )
 
 
+def names_local_files(source: str, target_path: str | None = None) -> bool:
+    """Whether `load_parallel_dataset(source, target_path=target_path)` reads local files
+    (which have no splits) rather than a TFDS dataset."""
+    looks_like_file = source.endswith(_FILE_SUFFIXES) or source.startswith(("/", "./", "../"))
+    return target_path is not None or looks_like_file or os.path.isfile(source)
+
+
 def load_parallel_dataset(
     source: str,
     split: str = "train",
@@ -224,8 +231,7 @@ def load_parallel_dataset(
             'Received an invalid value for argument `source`, expected "multi30k", a TFDS '
             f"dataset name or a file path. Received: source={source!r}"
         )
-    looks_like_file = source.endswith(_FILE_SUFFIXES) or source.startswith(("/", "./", "../"))
-    if target_path is not None or looks_like_file or os.path.isfile(source):
+    if names_local_files(source, target_path):
         return load_text_files(source, target_path, skip_empty=skip_empty)
     if source == "multi30k" or source.startswith("multi30k/"):
         if "/" in source:

@@ -45,6 +45,9 @@ class Transformer(keras.Model):
         tie_output_embeddings: the pre-softmax projection is the transposed target
             embedding matrix (the paper) instead of a separate matrix.
         pad_id: padding id of both vocabularies.
+        source_eos: whether the sources it was trained on end with EOS, saved with the
+            model so that a `Translator` encodes sources as in training (None: unknown,
+            the models saved before this argument existed).
         **kwargs: base model arguments (`name`, `dtype`, ...).
 
     Call arguments:
@@ -84,6 +87,7 @@ class Transformer(keras.Model):
         share_embeddings: bool = False,
         tie_output_embeddings: bool = True,
         pad_id: int = 0,
+        source_eos: bool | None = None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -107,6 +111,7 @@ class Transformer(keras.Model):
         self.norm_first = bool(norm_first)
         self.share_embeddings = bool(share_embeddings)
         self.tie_output_embeddings = bool(tie_output_embeddings)
+        self.source_eos = None if source_eos is None else bool(source_eos)
         if share_embeddings and source_vocab_size != target_vocab_size:
             raise ValueError(
                 "Received an invalid value for argument `share_embeddings`: sharing needs "
@@ -273,6 +278,7 @@ class Transformer(keras.Model):
             "dtype": keras.saving.serialize_keras_object(self.dtype_policy),
         }
         config.update(self.transformer_config().to_dict())
+        config["source_eos"] = self.source_eos
         return config
 
     @classmethod

@@ -50,8 +50,11 @@ class Translator(DecodingPredictor):
         source_tokenizer: tokenizer of the source language (`tokenize`).
         target_tokenizer: tokenizer of the target language (`detokenize`, `eos_id`).
         batch_size: sentences decoded at once.
-        source_eos: end every source with the source tokenizer's EOS, as the model was
-            trained (`data.source_eos`; `from_run_dir` reads it from the run).
+        source_eos: end every source with the source tokenizer's EOS. None (the default):
+            as the model was trained, which the model records (`Transformer.source_eos`,
+            saved with it); for a model saved before it did, `from_run_dir` reads the
+            run's `config.yaml` and the constructor takes `translation.source_eos`'s
+            default.
         **decoding: the search, `decoding.BatchDecoder`'s arguments and defaults, except
             those of `constants.TRANSLATION_DECODING_DEFAULTS` (length penalty 1.0, limit
             `1.2 * source + 10`, chosen on Multi30k's validation split): `method`
@@ -79,7 +82,7 @@ class Translator(DecodingPredictor):
         source_tokenizer,
         target_tokenizer,
         batch_size: int = 64,
-        source_eos: bool = True,
+        source_eos: bool | None = None,
         **decoding: Any,
     ):
         super().__init__(
@@ -90,7 +93,7 @@ class Translator(DecodingPredictor):
         )
         self.source_tokenizer = source_tokenizer
         self.target_tokenizer = target_tokenizer
-        self.source_eos = bool(source_eos)
+        self.source_eos = _source_eos(model, source_eos)
         check_tokenizer_pad_id(source_tokenizer, model)
 
     @classmethod
@@ -98,8 +101,9 @@ class Translator(DecodingPredictor):
         """Loads the model and tokenizers of a translation run directory
         (`Translator.from_run_dir(path, **kwargs)`).
 
-        Sources end with EOS exactly when the run was trained that way
-        (`run_dir.trained_with_source_eos`), unless `source_eos` is passed.
+        Sources end with EOS exactly when the run was trained that way (the model's
+        `source_eos`, else `run_dir.trained_with_source_eos`), unless `source_eos` is
+        passed.
 
         Example (not run as a doctest: it needs a trained run directory):
 
@@ -110,7 +114,8 @@ class Translator(DecodingPredictor):
         from keras_transformer.run_dir import load_run, trained_with_source_eos
 
         model, source_tokenizer, target_tokenizer = load_run(path)
-        kwargs.setdefault("source_eos", trained_with_source_eos(path))
+        if getattr(model, "source_eos", None) is None:
+            kwargs.setdefault("source_eos", trained_with_source_eos(path))
         return cls(model, source_tokenizer, target_tokenizer, **kwargs)
 
     def encode_sources(self, sentences: Sequence[str]) -> list[np.ndarray]:
@@ -254,3 +259,21 @@ class Translator(DecodingPredictor):
 
     def _serve(self, strings: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         return self.translate_strings(strings)
+
+
+def _source_eos(model: Any, source_eos: bool | None) -> bool:
+    """Whether sources end with EOS: `source_eos` when given (a warning when the model was
+    trained otherwise), else the model's record, else the training default."""
+    from keras_transformer.config.task_sections import TranslationConfig
+
+    trained = getattr(model, "source_eos", None)
+    if source_eos is None:
+        return TranslationConfig.source_eos if trained is None else bool(trained)
+    if trained is not None and bool(trained) != bool(source_eos):
+        logger.warning(
+            "Encoding sources with source_eos=%s, although the model was trained with "
+            "source_eos=%s: translations will be worse.",
+            bool(source_eos),
+            bool(trained),
+        )
+    return bool(source_eos)

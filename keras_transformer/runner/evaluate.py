@@ -78,9 +78,28 @@ def evaluate_run(
         for k, v in (("source", source), ("data_dir", data_dir), ("download", download))
         if v is not None
     }
+    trained_on = config.data.source
     config = dataclasses.replace(config, data=dataclasses.replace(config.data, **data_overrides))
     task = get_task(config)
     _check_options(task, options)
+    d = config.data
+    files_given = options.get("source_file") is not None
+    if (
+        task.reads_local_files
+        and d.source == trained_on
+        and not files_given
+        and split
+        not in (
+            d.train_split,
+            d.validation_split,
+        )
+    ):
+        raise ValueError(
+            f"Received split {split!r} of the run's local files ({d.source}), which have no "
+            f"splits: expected {d.validation_split!r} (its validation data) or other files "
+            "as the source (`--source FILE`, with `--set translation.target_path=FILE` for "
+            "line-aligned files, or --source-file/--reference-file)."
+        )
     return task.evaluate(run_dir, split, max_examples=max_examples, **options)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import keras
@@ -20,6 +21,7 @@ import tensorflow as tf
 from keras_transformer import storage
 from keras_transformer.config import ExperimentConfig, save_config
 from keras_transformer.data.batching import count_batches
+from keras_transformer.data.task_sources import TaskData
 from keras_transformer.run_dir import RunPaths, write_labels
 from keras_transformer.tasks import get_task
 from keras_transformer.training.compile import compile_model
@@ -33,57 +35,95 @@ logger = logging.getLogger(__name__)
 
 @dataclasses.dataclass
 class TrainingResult:
-    """What `train` returns: the History, the trained (training) model and the run's paths."""
+    """What `train` returns.
+
+    Attributes:
+        history: Keras' `History` of the run.
+        model: the trained training model (`model.to_plain()`: the plain model).
+        paths: the run directory's paths (`paths.root`: the directory).
+        tokenizers: `(source_tokenizer, target_tokenizer)`, one tokenizer twice when the
+            vocabulary is shared.
+        task: the run's `Task`.
+    """
 
     history: keras.callbacks.History
     model: keras.Model
     paths: RunPaths
+    tokenizers: tuple[Any, Any]
+    task: Any
+
+    @property
+    def run_dir(self) -> str:
+        """The run directory."""
+        return self.paths.root
+
+    def predictor(self, **options: Any) -> Any:
+        """The run's predictor, as `Task.load_predictor` loads it from the run directory
+        (the saved model: a `Translator` for translation, ...); `options` are its
+        arguments (decoding settings, `batch_size`)."""
+        return self.task.load_predictor(self.paths.root, **options)
 
 
 def train(
     config: ExperimentConfig,
     run_dir: str | None = None,
     *,
+    train_data: tf.data.Dataset | TaskData | None = None,
+    validation_data: tf.data.Dataset | TaskData | None = None,
+    labels: Sequence[str] | None = None,
     strategy: tf.distribute.Strategy | None = None,
     extra_callbacks: list[keras.callbacks.Callback] | None = None,
 ) -> TrainingResult:
     """Runs (or resumes) a training experiment of any task and writes its run directory.
 
+    The data is the config's (`data.source`) unless `train_data` is given: a
+    `tf.data.Dataset` of the task's raw examples, as its loaders yield them (translation:
+    `(source_text, target_text)` string pairs; tagging: `(words, tag_ids)`;
+    classification: `(text, label_id)`; language modelling: `text`). Nothing is written
+    to the run directory before the data is found.
+
     Args:
         config: the experiment (its `task` picks the `Task`).
         run_dir: overrides `config.training.run_dir`.
+        train_data: the training examples instead of the config's data.
+        validation_data: the validation examples (with `train_data`; None: the config's
+            `data.validation_holdout` of `train_data`, else no validation).
+        labels: the label names of `train_data`'s ids (tagging, classification).
         strategy: a strategy to use instead of the one `config.training` describes.
         extra_callbacks: more Keras callbacks, appended after the run's own.
 
     Returns:
-        A `TrainingResult`.
+        A `TrainingResult`: `result.predictor()` translates (tags, classifies, generates)
+        with the saved model.
 
-    Example (not run as a doctest: it trains on Multi30k):
+    Example (not run as a doctest: it trains):
 
     ```python
-    config = load_config("multi30k_de_en", ["training.epochs=1"])
-    result = train(config)
+    config = load_config("multi30k_de_en", training={"epochs": 1})
+    result = train(config, "runs/mine")
+    result.predictor(beam_size=4).translate(["Ein Hund läuft."])
+
+    pairs = tf.data.Dataset.from_tensor_slices((["Ein Hund."], ["A dog."]))
+    result = train(config, "runs/pairs", train_data=pairs)
     ```
     """
     start = time.monotonic()
     config.validate()
     task = get_task(config)
-    t, d = config.training, config.data
+    t = config.training
     paths = RunPaths(run_dir or t.run_dir)
-    storage.makedirs(paths.root)
     keras.utils.set_random_seed(t.seed)
     if strategy is None:
         strategy = make_strategy(t.strategy, t.devices)
     chief = is_chief(strategy)
+
+    given = _given_data(task, train_data, validation_data, labels)
+    train_split, validation_data = task.load_training_data(given)
+    # The data is found: the run directory is written from here on.
+    storage.makedirs(paths.root)
     if chief:
         save_config(config, paths.config)
-
-    train_data, tokenizers = training_data(task, paths, strategy)
-    validation_data = None
-    if d.validation_split or d.validation_source:
-        validation_data = task.load_split(
-            d.validation_split or "", validation=True, limit=d.max_validation_examples
-        )
+    train_data, tokenizers = training_data(task, paths, strategy, data=train_split)
     train_batches = _distributed(task.make_batches(train_data, tokenizers, shuffle=True))
     if t.steps_per_epoch:
         train_batches = train_batches.repeat()
@@ -141,15 +181,21 @@ def train(
         task_callbacks=callbacks,
         extra_callbacks=extra_callbacks,
     )
-    return TrainingResult(history=history, model=model, paths=paths)
+    return TrainingResult(
+        history=history, model=model, paths=paths, tokenizers=tokenizers, task=task
+    )
 
 
 def training_data(
-    task: Any, paths: RunPaths, strategy: tf.distribute.Strategy | None = None
+    task: Any,
+    paths: RunPaths,
+    strategy: tf.distribute.Strategy | None = None,
+    *,
+    data: TaskData | None = None,
 ) -> tuple[Any, tuple[Any, Any]]:
-    """The training split of a task's config (`data.max_train_examples` of it) and the run's
-    tokenizers (trained on it on the first run, reused after); the chief writes the label
-    names of a task with labels.
+    """The training data (`data`, else the training split of the task's config,
+    `data.max_train_examples` of it) and the run's tokenizers (trained on it on the first
+    run, reused after); the chief writes the label names of a task with labels.
 
     Returns:
         `(train_data, (source_tokenizer, target_tokenizer))`: a `TaskData` and the two
@@ -157,7 +203,7 @@ def training_data(
     """
     d = task.config.data
     strategy = strategy or tf.distribute.get_strategy()
-    train_data = task.load_split(d.train_split, limit=d.max_train_examples)
+    train_data = data or task.load_split(d.train_split, limit=d.max_train_examples)
     logger.info("Task %s on %s.", task.name, train_data.origin)
     if task.labelled and is_chief(strategy):
         write_labels(paths.root, train_data.labels)
@@ -170,6 +216,42 @@ def training_data(
         hard_vocab_limit=task.hard_vocab_limit,
     )
     return train_data, tokenizers
+
+
+def _given_data(
+    task: Any,
+    train_data: tf.data.Dataset | TaskData | None,
+    validation_data: tf.data.Dataset | TaskData | None,
+    labels: Sequence[str] | None,
+) -> tuple[TaskData, TaskData | None] | None:
+    """`train`'s own data as `TaskData` (None: the config's data)."""
+    if train_data is None:
+        if validation_data is not None:
+            raise ValueError(
+                "Received `validation_data` without `train_data`, expected both (or neither: "
+                "the config's data)."
+            )
+        return None
+    if task.labelled and labels is None and not isinstance(train_data, TaskData):
+        raise ValueError(
+            f"Received `train_data` for a {task.name} run without `labels`, expected the "
+            "names of its label ids, e.g. labels=['negative', 'positive']."
+        )
+
+    def wrap(data: tf.data.Dataset | TaskData, origin: str) -> TaskData:
+        if isinstance(data, TaskData):
+            return data
+        if not isinstance(data, tf.data.Dataset):
+            raise ValueError(
+                f"Received an invalid value for argument `{origin}`, expected a "
+                f"tf.data.Dataset of the task's examples. Received: {type(data).__name__}"
+            )
+        return TaskData(data, tuple(labels) if labels is not None else None, origin)
+
+    return (
+        wrap(train_data, "train_data"),
+        None if validation_data is None else wrap(validation_data, "validation_data"),
+    )
 
 
 def _optimizer_options(config: ExperimentConfig) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import logging
 from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
 
@@ -23,6 +24,8 @@ from keras_transformer.data.batching import bucket_batches, default_bucket_lengt
 from keras_transformer.data.task_sources import TaskData
 from keras_transformer.evaluation import EvaluationResult
 from keras_transformer.run_dir import RunPaths
+
+logger = logging.getLogger(__name__)
 
 
 class Task(abc.ABC):
@@ -71,7 +74,101 @@ class Task(abc.ABC):
     ) -> TaskData:
         """`load_data`'s split, its first `limit` examples when given."""
         data = self.load_data(split, validation=validation)
-        return dataclasses.replace(data, dataset=data.dataset.take(limit)) if limit else data
+        return _first(data, limit)
+
+    @property
+    def reads_local_files(self) -> bool:
+        """Whether `data.source` names local files, which have no splits (their validation
+        data is `data.validation_source` or a holdout)."""
+        return False
+
+    def has_validation_data(self) -> bool:
+        """Whether the config names validation data apart from the training data."""
+        return self.config.data.validation_split is not None
+
+    def load_training_data(
+        self, given: tuple[TaskData, TaskData | None] | None = None
+    ) -> tuple[TaskData, TaskData | None]:
+        """The training data and the validation data (None: train without validation).
+
+        The data is the config's splits, or `given` (`(train, validation or None)`, a
+        caller's own). With `data.validation_holdout` and no validation data given, the
+        validation data is the last part of the training data (`data.holdout.split_off`),
+        held out before `max_train_examples` applies. Without validation data (local files
+        without `validation_source`, or given data without validation), the run trains
+        without validation and logs so in one line: it never validates on training data.
+        """
+        d = self.config.data
+        train, validation = given if given is not None else (None, None)
+        if validation is None and d.validation_holdout is not None:
+            train, validation = self._split_off_holdout(train, log=True)
+        elif given is None:
+            train = self.load_split(d.train_split)
+            if self.has_validation_data():
+                validation = self.load_split(d.validation_split or "", validation=True)
+            elif d.validation_split is not None:
+                logger.warning(
+                    "No validation data: %s has no split %r (local files); training without "
+                    "validation. Set data.validation_source (the validation files) or "
+                    "data.validation_holdout (a fraction or a number of training examples to "
+                    "hold out).",
+                    train.origin,
+                    d.validation_split,
+                )
+        elif validation is None:
+            logger.warning(
+                "No validation data: training without validation (pass `validation_data` or "
+                "set data.validation_holdout)."
+            )
+        return (
+            _first(train, d.max_train_examples),
+            None if validation is None else _first(validation, d.max_validation_examples),
+        )
+
+    def load_evaluation_data(self, split: str, *, limit: int | None = None) -> TaskData:
+        """The examples `evaluate` scores for `split`: the validation data as in training
+        (the holdout, or `data.validation_source`) when `split` is `data.validation_split`,
+        else the split itself.
+
+        Raises:
+            ValueError: for the validation split of local files when the run had no
+                validation data (it would be the training data).
+        """
+        d = self.config.data
+        if split == d.validation_split and d.validation_holdout is not None:
+            return _first(self._split_off_holdout(None, log=False)[1], limit)
+        if split == d.validation_split and self.reads_local_files:
+            if not self.has_validation_data():
+                raise ValueError(
+                    f"Received split {split!r} for a run on local files ({d.source}) trained "
+                    "without validation data, expected its test files: pass them as the "
+                    "source (`--source FILE`, and `--set translation.target_path=FILE` for "
+                    "line-aligned files)."
+                )
+            return self.load_split(split, validation=True, limit=limit)
+        return self.load_split(split, limit=limit)
+
+    def _split_off_holdout(self, data: TaskData | None, *, log: bool) -> tuple[TaskData, TaskData]:
+        """`data` (None: the training split) less its holdout, and the holdout."""
+        from keras_transformer.data.holdout import split_off
+
+        d = self.config.data
+        data = data or self.load_split(d.train_split)
+        kept, held_out, counts = split_off(data.dataset, d.validation_holdout)
+        if log:
+            logger.info(
+                "Validation data: the last %d of the %d examples of %s (data.validation_holdout"
+                "=%s); training on the first %d.",
+                counts.held_out,
+                counts.total,
+                data.origin,
+                d.validation_holdout,
+                counts.kept,
+            )
+        return (
+            dataclasses.replace(data, dataset=kept),
+            dataclasses.replace(data, dataset=held_out, origin=f"{data.origin} (holdout)"),
+        )
 
     @abc.abstractmethod
     def tokenizer_texts(self, data: TaskData) -> tf.data.Dataset:
@@ -161,7 +258,7 @@ class Task(abc.ABC):
         from keras_transformer.run_dir import load_run, read_labels
 
         model, tokenizer, _ = load_run(run_dir)
-        data = self.load_split(split, limit=max_examples)
+        data = self.load_evaluation_data(split, limit=max_examples)
         if self.labelled and data.labels != read_labels(run_dir):
             raise ValueError(
                 f"Received data whose labels {list(data.labels)} differ from the run's "
@@ -218,6 +315,11 @@ class Task(abc.ABC):
     ) -> Iterator[str]:
         """What `keras-transformer predict` writes for `texts`, one string a line (`nbest`:
         the N best of a search, where the task decodes)."""
+
+
+def _first(data: TaskData, limit: int | None) -> TaskData:
+    """`data`'s first `limit` examples (all of them when None)."""
+    return dataclasses.replace(data, dataset=data.dataset.take(limit)) if limit else data
 
 
 def _tokenizers_of(predictor: Any) -> list[Any]:

@@ -70,6 +70,18 @@ class TranslationTask(Task):
         )
         return TaskData(pairs, None, source)
 
+    @property
+    def reads_local_files(self) -> bool:
+        from keras_transformer.data.sources import names_local_files
+
+        return names_local_files(self.config.data.source, self.section.target_path)
+
+    def has_validation_data(self) -> bool:
+        d = self.config.data
+        if self.reads_local_files:
+            return d.validation_source is not None
+        return d.validation_split is not None
+
     def tokenizer_texts(self, data: TaskData) -> tf.data.Dataset:
         return data.dataset
 
@@ -105,6 +117,7 @@ class TranslationTask(Task):
             m.to_transformer_config(tokenizers[0].vocab_size, tokenizers[1].vocab_size),
             remat=m.remat if remat is None else remat,
             dtype_policy=dtype_policy or self.config.training.dtype_policy,
+            source_eos=self.section.source_eos,
         )
 
     @classmethod
@@ -195,7 +208,7 @@ class TranslationTask(Task):
                 )
             origin = source_file
         else:
-            data = self.load_split(split, limit=max_examples)
+            data = self.load_evaluation_data(split, limit=max_examples)
             sources, references = [], []
             for source, reference in data.dataset.as_numpy_iterator():
                 sources.append(source.decode("utf-8"))

@@ -129,7 +129,11 @@ def build_training_model(
 
 
 def build_transformer(
-    config: TransformerConfig, *, remat: bool = False, dtype_policy: str = "float32"
+    config: TransformerConfig,
+    *,
+    remat: bool = False,
+    dtype_policy: str = "float32",
+    source_eos: bool | None = None,
 ) -> TrainingTransformer:
     """The `TrainingTransformer` of an architecture, built (what translation trains).
 
@@ -137,6 +141,7 @@ def build_transformer(
         config: the architecture and vocabulary sizes.
         remat: recompute each layer's activations in the backward pass.
         dtype_policy: e.g. `"mixed_float16"`, set on the model only (no global state).
+        source_eos: whether the training sources end with EOS (saved with the model).
 
     Returns:
         The built model.
@@ -148,5 +153,5 @@ def build_transformer(
     >>> model.dtype_policy.name
     'float32'
     """
-    arguments = {**config.to_dict(), "dtype": dtype_policy}
+    arguments = {**config.to_dict(), "dtype": dtype_policy, "source_eos": source_eos}
     return build_training_model(TrainingTransformer, arguments, remat=remat)

@@ -1,0 +1,156 @@
+"""Training on one's own data: local files with and without validation files, a holdout,
+`train()` on a `tf.data.Dataset` of one's own, and the encoding saved with the model."""
+
+import gzip
+import logging
+import os
+import shutil
+
+import keras
+import pytest
+import tensorflow as tf
+
+from keras_transformer.config import load_config
+from keras_transformer.predictors import Translator
+from keras_transformer.run_dir import RunPaths
+from keras_transformer.runner import evaluate_run, train
+
+pytestmark = pytest.mark.slow
+
+LINES = 300
+SENTENCES = ["Ein Hund läuft durch den Schnee.", "Zwei Männer stehen vor einem Haus."]
+
+
+def _read(path, count):
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return [next(f).rstrip("\n") for _ in range(count)]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory, multi30k_dir):
+    """The first lines of Multi30k's training files as one's own line-aligned files."""
+    root = tmp_path_factory.mktemp("corpus")
+    paths = {}
+    for lang in ("de", "en"):
+        lines = _read(os.path.join(multi30k_dir, f"train.{lang}.gz"), LINES)
+        paths[lang] = str(root / f"train.{lang}")
+        with open(paths[lang], "w", encoding="utf-8") as f:
+            f.write("\n".join(lines) + "\n")
+    return paths
+
+
+def _config(run_dir, corpus=None, *overrides):
+    values = [
+        f"training.run_dir={run_dir}",
+        "data.vocab_size=400",
+        "data.batch_size=16",
+        "model.num_encoder_layers=1",
+        "model.num_decoder_layers=1",
+        "model.d_model=32",
+        "model.num_heads=2",
+        "model.d_ff=64",
+        "model.max_length=40",
+        "translation.max_source_length=40",
+        "translation.max_target_length=40",
+        "training.epochs=1",
+        "training.steps_per_epoch=3",
+        "training.warmup_steps=1",
+        "training.verbose=0",
+        *overrides,
+    ]
+    if corpus is not None:
+        values += [f"data.source={corpus['de']}", f"translation.target_path={corpus['en']}"]
+    return load_config(None, values)
+
+
+@pytest.fixture(scope="module")
+def holdout_run(corpus, tmp_path_factory):
+    run_dir = str(tmp_path_factory.mktemp("holdout") / "run")
+    logger = logging.getLogger("keras_transformer")
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger.addHandler(handler)
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        result = train(_config(run_dir, corpus, "data.validation_holdout=40"))
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    return result, [r.getMessage() for r in records]
+
+
+def test_a_holdout_is_the_validation_data_of_training_and_evaluation(holdout_run):
+    result, messages = holdout_run
+    assert any(f"the last 40 of the {LINES} examples" in m for m in messages), messages
+    assert "val_loss" in result.history.history
+    scored = evaluate_run(result.run_dir, "validation", beam_size=1, max_length=8)
+    assert scored.num_sentences == 40
+    assert "holdout" in scored.data
+
+
+def test_files_without_validation_train_without_it_and_say_so(corpus, tmp_path, caplog):
+    run_dir = str(tmp_path / "run")
+    with caplog.at_level(logging.WARNING, logger="keras_transformer"):
+        result = train(_config(run_dir, corpus))
+    assert "No validation data" in caplog.text
+    assert "data.validation_holdout" in caplog.text
+    assert "val_loss" not in result.history.history
+    # Files have no splits: their "test" or "validation" split would be training data.
+    for split in ("test", "validation"):
+        with pytest.raises(ValueError, match="--source"):
+            evaluate_run(run_dir, split, beam_size=1)
+
+
+def test_nothing_is_written_before_the_data_is_found(tmp_path):
+    run_dir = tmp_path / "run"
+    missing = {"de": str(tmp_path / "missing.de"), "en": str(tmp_path / "missing.en")}
+    with pytest.raises(FileNotFoundError):
+        train(_config(str(run_dir), missing))
+    assert not run_dir.exists()
+
+
+def test_the_encoding_travels_with_the_model(holdout_run, tmp_path):
+    """A model and tokenizers copied without `config.yaml` encode sources as in training
+    (the run trained with `translation.source_eos: true`, the default)."""
+    result, _ = holdout_run
+    paths, bare = RunPaths(result.run_dir), RunPaths(str(tmp_path / "bare"))
+    os.makedirs(bare.root)
+    shutil.copy(paths.model, bare.model)
+    shutil.copytree(os.path.dirname(paths.source_tokenizer), os.path.dirname(bare.source_tokenizer))
+    assert not os.path.exists(bare.config)
+    assert keras.saving.load_model(bare.model).source_eos is True
+
+    options = {"beam_size": 1, "max_length": 10}
+    trained = Translator.from_run_dir(result.run_dir, **options)
+    copied = Translator.from_run_dir(bare.root, **options)
+    assert copied.source_eos is trained.source_eos is True
+    assert copied.translate(SENTENCES) == trained.translate(SENTENCES)
+    # Built by hand from the loaded model, too.
+    assert Translator(copied.model, copied.source_tokenizer, copied.target_tokenizer).source_eos
+
+
+def test_train_takes_a_dataset_and_returns_what_translates(corpus, tmp_path):
+    with open(corpus["de"], encoding="utf-8") as f:
+        sources = f.read().splitlines()
+    with open(corpus["en"], encoding="utf-8") as f:
+        targets = f.read().splitlines()
+    pairs = tf.data.Dataset.from_tensor_slices((sources[:260], targets[:260]))
+    held_out = tf.data.Dataset.from_tensor_slices((sources[260:], targets[260:]))
+    result = train(_config(str(tmp_path / "run")), train_data=pairs, validation_data=held_out)
+    assert "val_loss" in result.history.history
+    source_tokenizer, target_tokenizer = result.tokenizers
+    assert source_tokenizer.vocab_size == target_tokenizer.vocab_size <= 400
+    translator = result.predictor(beam_size=1, max_length=6)
+    assert isinstance(translator, Translator)
+    translations = translator.translate(SENTENCES)
+    assert len(translations) == 2 and all(isinstance(t, str) for t in translations)
+    assert os.path.exists(result.paths.model)
+
+
+def test_train_refuses_validation_data_without_training_data(tmp_path):
+    pairs = tf.data.Dataset.from_tensor_slices((["a"], ["b"]))
+    with pytest.raises(ValueError, match="`validation_data` without `train_data`"):
+        train(_config(str(tmp_path / "run")), validation_data=pairs)
+    assert not (tmp_path / "run").exists()
