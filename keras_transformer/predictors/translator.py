@@ -72,6 +72,7 @@ class Translator(DecodingPredictor):
 
     task = "translation"
     progress_description = "translating"
+    decoding_defaults = TRANSLATION_DECODING_DEFAULTS
 
     def __init__(
         self,
@@ -82,12 +83,7 @@ class Translator(DecodingPredictor):
         source_eos: bool = True,
         **decoding: Any,
     ):
-        super().__init__(
-            model,
-            target_tokenizer,
-            batch_size,
-            **{**TRANSLATION_DECODING_DEFAULTS, **decoding},
-        )
+        super().__init__(model, target_tokenizer, batch_size, **decoding)
         self.source_tokenizer = source_tokenizer
         self.target_tokenizer = target_tokenizer
         self.source_eos = bool(source_eos)
