@@ -31,6 +31,11 @@ DTYPE_POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")
 JIT_COMPILE_OPTIONS = (True, False, "auto")
 LR_DECAYS = ("inverse_sqrt", "linear", "cosine")
 
+# Logging levels of the command lines (`keras-transformer --log-level`, `serve --log_level`),
+# in any case.
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+DEFAULT_LOG_LEVEL = "INFO"
+
 # Decoding (`decoding.BatchDecoder`, the `translate`/`evaluate`/`export` commands).
 DECODING_METHODS = ("greedy", "beam", "sample")
 # `decoding.BatchDecoder`'s generic defaults (and its graph functions'): the GNMT length

@@ -87,15 +87,15 @@ def test_bad_decoding_option(tmp_path, capsys):
 
 
 def test_debug_shows_the_traceback(tmp_path):
+    # `--log-level` goes before the command or after it.
     command = [sys.executable, "-m", "keras_transformer.cli", "translate", str(tmp_path), "Hallo."]
-    quiet = subprocess.run(command, capture_output=True, text=True, timeout=120)
-    debug = subprocess.run(
-        command[:3] + ["--log-level", "DEBUG"] + command[3:],
-        capture_output=True,
-        text=True,
-        timeout=120,
+    debug = ["--log-level", "DEBUG"]
+    quiet, before, after = (
+        subprocess.run(arguments, capture_output=True, text=True, timeout=120)
+        for arguments in (command, command[:3] + debug + command[3:], command + debug)
     )
-    assert quiet.returncode == debug.returncode == 2
-    assert "Traceback" not in quiet.stderr and "Traceback" in debug.stderr
-    for stderr in (quiet.stderr, debug.stderr):
+    assert quiet.returncode == before.returncode == after.returncode == 2
+    assert "Traceback" not in quiet.stderr
+    assert "Traceback" in before.stderr and "Traceback" in after.stderr
+    for stderr in (quiet.stderr, before.stderr, after.stderr):
         assert "keras-transformer translate: error: Received an incomplete run" in stderr

@@ -27,7 +27,11 @@ import json
 import logging
 
 from keras_transformer import storage
-from keras_transformer.commands.decoding_options import add_decoding_arguments, decoding_kwargs
+from keras_transformer.commands.decoding_options import (
+    add_decoding_arguments,
+    evaluation_arguments,
+    predictor_options,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +104,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--progress", action="store_true", default=None, help="Show a progress bar."
     )
-    add_decoding_arguments(parser)
+    add_decoding_arguments(parser, arguments=evaluation_arguments)
 
 
 def _overrides(args: argparse.Namespace) -> list[str]:
@@ -114,11 +118,14 @@ def _overrides(args: argparse.Namespace) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from keras_transformer.run_dir import run_task
     from keras_transformer.runner import evaluate_run
+    from keras_transformer.tasks import task_class
 
     options = {name: getattr(args, name) for name in _EVALUATION_OPTIONS}
     options = {k: v for k, v in options.items() if v is not None}
-    options.update(decoding_kwargs(args))
+    task = task_class(run_task(args.run_dir))
+    options.update(predictor_options(args, task, evaluation_arguments))
     result = evaluate_run(
         args.run_dir,
         args.split,

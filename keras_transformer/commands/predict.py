@@ -18,28 +18,38 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 from keras_transformer import storage
-from keras_transformer.commands.decoding_options import add_decoding_arguments, predictor_options
+from keras_transformer.commands.decoding_options import (
+    add_decoding_arguments,
+    decoding_tasks,
+    join_names,
+    predictor_options,
+)
+from keras_transformer.constants import TASKS
 
 logger = logging.getLogger(__name__)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser, tasks: Sequence[str] = TASKS) -> None:
+    """Adds `predict`'s arguments, for runs of `tasks` (a task alias: its task only)."""
     parser.add_argument("run_dir", help="The training run directory (model.keras, tokenizers/).")
     parser.add_argument("texts", nargs="*", help="Texts (default: --input or stdin).")
     parser.add_argument("--input", "-i", default=None, help="A file with one text a line.")
     parser.add_argument("--output", "-o", default=None, help="Write here instead of stdout.")
+    decoding = decoding_tasks(tasks)
+    scope = f"; {join_names(decoding)} runs only" if len(decoding) < len(tasks) else ""
     parser.add_argument(
         "--nbest",
         type=int,
         default=None,
-        help="Tasks that decode: write the N best as 'index<TAB>score<TAB>text' lines "
-        "(N <= beam size).",
+        help=f"Write the N best as 'index<TAB>score<TAB>text' lines (N <= beam size{scope})."
+        if decoding
+        else argparse.SUPPRESS,
     )
     parser.add_argument("--progress", action="store_true", help="Show a progress bar on stderr.")
-    add_decoding_arguments(parser)
+    add_decoding_arguments(parser, tasks)
 
 
 def read_lines(path: str | None) -> Iterator[str]:
@@ -70,8 +80,9 @@ def run(args: argparse.Namespace, expected_task: str | None = None) -> int:
         raise ValueError(
             f"Received --nbest for a {task.name} run ({args.run_dir}), which does not decode."
         )
+    options = predictor_options(args, task)
     texts = list(args.texts) if args.texts else list(read_lines(args.input))
-    predictor = task.load_predictor(args.run_dir, **predictor_options(args, task))
+    predictor = task.load_predictor(args.run_dir, **options)
     out = sys.stdout if args.output in (None, "-") else storage.open_for_writing(args.output)
     try:
         for line in task.predict_lines(predictor, texts, nbest=args.nbest, progress=args.progress):
@@ -84,9 +95,13 @@ def run(args: argparse.Namespace, expected_task: str | None = None) -> int:
 
 
 def task_command(task: str) -> tuple[Callable, Callable]:
-    """`(add_arguments, run)` of `predict` for runs of `task` only (the command aliases)."""
+    """`(add_arguments, run)` of `predict` for runs of `task` only (the command aliases),
+    whose help shows the options and defaults of `task`'s predictor only."""
+
+    def add_arguments_for_task(parser: argparse.ArgumentParser) -> None:
+        add_arguments(parser, (task,))
 
     def run_for_task(args: argparse.Namespace) -> int:
         return run(args, expected_task=task)
 
-    return add_arguments, run_for_task
+    return add_arguments_for_task, run_for_task

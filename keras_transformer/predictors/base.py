@@ -23,7 +23,7 @@ Translator.from_run_dir("runs/lm")
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
@@ -224,13 +224,22 @@ class DecodingPredictor(Predictor):
             `TransformerDecoderModel`).
         tokenizer: the output's tokenizer (its `bos_id`, `eos_id`).
         batch_size: inputs decoded at once.
-        **decoding: `decoding.BatchDecoder`'s arguments.
+        **decoding: `decoding.BatchDecoder`'s arguments; those left out keep the
+            subclass's `decoding_defaults`, else `BatchDecoder`'s.
     """
+
+    # `BatchDecoder` arguments whose defaults the predictor changes, and those it sets
+    # itself and refuses (read by the commands' help and checks too).
+    decoding_defaults: ClassVar[Mapping[str, Any]] = {}
+    fixed_decoding: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, model: Any, tokenizer: Any, batch_size: int = 64, **decoding: Any):
         super().__init__(model, batch_size)
         self.decoder = decoding_module.BatchDecoder(
-            model, bos_id=int(tokenizer.bos_id), eos_id=int(tokenizer.eos_id), **decoding
+            model,
+            bos_id=int(tokenizer.bos_id),
+            eos_id=int(tokenizer.eos_id),
+            **{**self.decoding_defaults, **decoding},
         )
 
     # Settings, read by commands and exports.

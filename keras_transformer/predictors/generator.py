@@ -47,6 +47,8 @@ class TextGenerator(DecodingPredictor):
     task = "language_modeling"
     serving_input = "prompts"
     progress_description = "generating"
+    # The length limit counts new tokens: `max_length_a=1`, `max_length_b=max_new_tokens`.
+    fixed_decoding = ("max_length_a", "max_length_b")
 
     def __init__(
         self,
@@ -56,7 +58,7 @@ class TextGenerator(DecodingPredictor):
         batch_size: int = 64,
         **decoding: Any,
     ):
-        for name in ("max_length_a", "max_length_b"):
+        for name in self.fixed_decoding:
             if name in decoding:
                 raise ValueError(
                     f"Received `{name}`; a generator's length limit is `max_new_tokens` "

@@ -75,6 +75,7 @@ class Translator(DecodingPredictor):
 
     task = "translation"
     progress_description = "translating"
+    decoding_defaults = TRANSLATION_DECODING_DEFAULTS
 
     def __init__(
         self,
@@ -85,12 +86,7 @@ class Translator(DecodingPredictor):
         source_eos: bool | None = None,
         **decoding: Any,
     ):
-        super().__init__(
-            model,
-            target_tokenizer,
-            batch_size,
-            **{**TRANSLATION_DECODING_DEFAULTS, **decoding},
-        )
+        super().__init__(model, target_tokenizer, batch_size, **decoding)
         self.source_tokenizer = source_tokenizer
         self.target_tokenizer = target_tokenizer
         self.source_eos = _source_eos(model, source_eos)

@@ -15,6 +15,7 @@ import sys
 import threading
 from collections.abc import Sequence
 
+from keras_transformer.constants import DEFAULT_LOG_LEVEL, LOG_LEVELS
 from keras_transformer.serving.config import ConfigError, load_batching_parameters
 from keras_transformer.serving.core import DEFAULT_MAX_REQUEST_BATCH_SIZE
 from keras_transformer.serving.rest import DEFAULT_MAX_REQUEST_BYTES
@@ -118,7 +119,14 @@ def build_arg_parser(p: argparse.ArgumentParser | None = None) -> argparse.Argum
         default=DEFAULT_SHUTDOWN_SECONDS,
         help="how long a stop waits for requests in flight",
     )
-    p.add_argument("--log_level", default="INFO")
+    p.add_argument(
+        "--log_level",
+        type=str.upper,
+        choices=LOG_LEVELS,
+        metavar="LEVEL",
+        default=DEFAULT_LOG_LEVEL,
+        help=f"{', '.join(LOG_LEVELS)}, in any case",
+    )
     return p
 
 
@@ -130,7 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run_from_args(args: argparse.Namespace) -> int:
     """Start the server from parsed :func:`build_arg_parser` flags; serve until a signal."""
     logging.basicConfig(
-        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+        level=args.log_level,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
