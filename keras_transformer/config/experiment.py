@@ -36,6 +36,17 @@ class ExperimentConfig:
     checks the values. The run's task section is created with its defaults when absent;
     a section of another task is an error, as is a shared key the task does not read
     (the section's `unread_keys`) set to anything but its default.
+
+    Attributes:
+        model: the architecture (`ModelConfig`).
+        data: the corpus, tokenizers and batching (`DataConfig`).
+        training: optimization, distribution and the run directory (`TrainingConfig`).
+        task: what the run trains: `"translation"`, `"tagging"`, `"classification"` or
+            `"language_modeling"`; it picks the `Task` and the one task section read.
+        translation: translation's section (`TranslationConfig`).
+        tagging: tagging's section (`TaggingConfig`).
+        classification: classification's section (`ClassificationConfig`).
+        language_modeling: language modelling's section (`LanguageModelingConfig`).
     """
 
     model: ModelConfig = dataclasses.field(default_factory=ModelConfig)

@@ -61,8 +61,10 @@ class DataConfig:
     """The `data` section: corpus, tokenizers and batching.
 
     Attributes:
-        source: what `keras_transformer.data.load_parallel_dataset` loads: `"multi30k"`,
-            a TFDS name (`"ted_hrlr_translate/pt_to_en"`) or a local file.
+        source: the data the task loads. Translation: `"multi30k"`, a TFDS name
+            (`"ted_hrlr_translate/pt_to_en"`) or a local file (`data.load_parallel_dataset`);
+            the other tasks: a TFDS name (`"conll2003"`) or the task's offline set
+            (`constants.OFFLINE_DATASETS`, such as `"synthetic_pos"`).
         train_split: the training split.
         validation_split: the validation split (None: no validation). Local files have no
             splits: their validation data is `validation_source` or a holdout.
@@ -74,8 +76,8 @@ class DataConfig:
             run's evaluation of `validation_split` scores the same examples.
         data_dir: the TFDS data folder (TFDS's default when None).
         download: whether TFDS may download and prepare data.
-        max_train_examples: use only the first N training pairs.
-        max_validation_examples: use only the first N validation pairs.
+        max_train_examples: use only the first N training examples.
+        max_validation_examples: use only the first N validation examples.
         vocab_size: SentencePiece pieces per tokenizer.
         tokenizer_model_type: `"unigram"` or `"bpe"`.
         tokenizer_max_sentences: sentences sampled to train a tokenizer.
