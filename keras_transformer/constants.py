@@ -19,9 +19,12 @@ NO_TAG_ID = 0
 TOKENIZER_MODEL_TYPES = ("unigram", "bpe")
 NORMALIZATIONS = ("nmt_nfkc", "nfkc", "nmt_nfkc_cf", "nfkc_cf", "identity")
 
-# Data: the folder of the offline Multi30k copy (`data.multi30k`), and the length policies of
-# `data.pipeline.make_batches`.
+# Data: the folder of the offline Multi30k copy (`data.multi30k`): the environment variable
+# and the config key that name it; the config key of TFDS's data folder; and the length
+# policies of `data.pipeline.make_batches`.
 MULTI30K_DIR_ENV_VAR = "KERAS_TRANSFORMER_MULTI30K_DIR"
+MULTI30K_DIR_CONFIG_KEY = "translation.local_dir"
+TFDS_DATA_DIR_CONFIG_KEY = "data.data_dir"
 LENGTH_POLICIES = ("drop", "truncate")
 
 # Training (`training.strategy`, `training.dtype_policy`, `training.jit_compile`,

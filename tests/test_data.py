@@ -214,26 +214,6 @@ def test_multi30k_from_manual_dir(tmp_path, monkeypatch):
     assert first[1].numpy().decode() == "Eine Gruppe von Männern lädt Baumwolle auf einen Lastwagen"
 
 
-def test_multi30k_downloads_published_urls_when_no_local_copy(tmp_path, monkeypatch):
-    monkeypatch.delenv(multi30k_lib.ENV_VAR, raising=False)
-    requested = {}
-
-    def fake_download(self, urls):
-        requested.update(urls)
-        return {name: os.path.join(MULTI30K, url.rsplit("/", 1)[1]) for name, url in urls.items()}
-
-    monkeypatch.setattr(tfds.download.DownloadManager, "download", fake_download)
-    builder = multi30k_lib.Multi30k(config="de-fr", data_dir=str(tmp_path))
-    builder.download_and_prepare()
-    base = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/"
-    assert sorted(requested.values()) == sorted(
-        base + f"{split}.{lang}.gz"
-        for split in ("train", "val", "test_2016_flickr")
-        for lang in ("de", "fr")
-    )
-    assert builder.info.splits["train"].num_examples == 29000
-
-
 def test_multi30k_checksums_match_the_published_readme():
     readme = open(os.path.join(MULTI30K, "README.md"), encoding="utf-8").read()
     published = dict(

@@ -13,6 +13,9 @@ Raw data: every loader returns a `tf.data.Dataset` of `(source_text, target_text
   builder_kwargs)`: any TFDS dataset with translation features, via `tfds.load`.
 - `load_text_files(source_path, target_path=None, *, skip_empty, validate)` and
   `check_text_files(...)`: line-aligned files or a TSV file, plain or gzipped.
+- `DataUnavailableError` (an `OSError`, `data.availability`): a dataset that is neither
+  prepared, nor in a local copy, nor downloadable (downloading is off, or its host does not
+  answer within seconds).
 
 Batches:
 
@@ -35,6 +38,7 @@ train = make_batches(pairs, source_tokenizer, target_tokenizer, batch_size=128)
 ```
 """
 
+from keras_transformer.data.availability import DataUnavailableError
 from keras_transformer.data.batching import bucket_batches, count_batches, default_bucket_lengths
 from keras_transformer.data.multi30k import ENV_VAR as MULTI30K_ENV_VAR
 from keras_transformer.data.multi30k import Multi30k, verify_multi30k_files
@@ -47,6 +51,7 @@ from keras_transformer.data.sources import (
 from keras_transformer.data.text_files import check_text_files, load_text_files
 
 __all__ = [
+    "DataUnavailableError",
     "MULTI30K_ENV_VAR",
     "Multi30k",
     "bucket_batches",

@@ -15,7 +15,13 @@ Where the raw files come from, first match wins:
 3. TFDS's manual folder (`download_config=tfds.download.DownloadConfig(manual_dir=...)`,
    by default `<data_dir>/downloads/manual`), if it holds the files;
 4. the published URLs, `https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/<split>.<lang>.gz`
-   (TFDS verifies their sha256).
+   (TFDS verifies their sha256), unless the builder's `download` argument is False.
+
+With no local copy, the builder first asks the host for the first file (HTTP HEAD,
+`availability.HOST_TIMEOUT_S` seconds): offline, TFDS's downloader would retry each file for
+minutes. When the host does not answer, or downloading is off, it raises
+`availability.DataUnavailableError` with one line naming the files, the environment
+variable, the config key `translation.local_dir` and what failed.
 
 A local folder holds the files under their published names (`train.de.gz`, `val.en.gz`,
 `test_2016_flickr.fr.gz`, ...); their sha256 checksums are verified as for a download, and a
@@ -23,7 +29,7 @@ mismatch raises a `ValueError` naming the file.
 
 Public API:
 
-- `Multi30k`: the `tfds.core.GeneratorBasedBuilder`.
+- `Multi30k`: the `tfds.core.GeneratorBasedBuilder` (arguments `local_dir`, `download`).
 - `ENV_VAR` (`"KERAS_TRANSFORMER_MULTI30K_DIR"`), `LANGUAGES`, `SPLITS`, `URL_TEMPLATE`,
   `CHECKSUMS`.
 - `verify_multi30k_files(directory, languages=LANGUAGES) -> dict[str, str]`: checks a local
@@ -52,7 +58,9 @@ from collections.abc import Iterator, Sequence
 import tensorflow_datasets as tfds
 from etils import epath
 
+from keras_transformer.constants import MULTI30K_DIR_CONFIG_KEY
 from keras_transformer.constants import MULTI30K_DIR_ENV_VAR as ENV_VAR
+from keras_transformer.data.availability import DataUnavailableError, unreachable_reason
 
 LANGUAGES = ("de", "en", "fr")
 URL_TEMPLATE = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/{}"
@@ -177,6 +185,8 @@ class Multi30k(tfds.core.GeneratorBasedBuilder):
 
     Args:
         local_dir: a folder holding the published `.gz` files; read instead of downloading.
+        download: whether to download the files when no local copy is found; when False,
+            preparing without one raises `DataUnavailableError`.
         **kwargs: `tfds.core.DatasetBuilder` arguments (`config`, `data_dir`, ...).
 
     Example (not run as a doctest: it reads the Multi30k files):
@@ -202,8 +212,9 @@ class Multi30k(tfds.core.GeneratorBasedBuilder):
     holding them.
     """
 
-    def __init__(self, *, local_dir: str | None = None, **kwargs) -> None:
+    def __init__(self, *, local_dir: str | None = None, download: bool = True, **kwargs) -> None:
         self._local_dir = local_dir
+        self._download = download
         super().__init__(**kwargs)
 
     @tfds.core.utils.classproperty
@@ -249,6 +260,7 @@ class Multi30k(tfds.core.GeneratorBasedBuilder):
         names = _file_names([config.source_lang, config.target_lang])
         paths = self._local_files(dl_manager)
         if paths is None:
+            self._check_downloadable(names)
             paths = dl_manager.download({name: URL_TEMPLATE.format(name) for name in names})
         return {
             split: self._generate_examples(
@@ -258,6 +270,24 @@ class Multi30k(tfds.core.GeneratorBasedBuilder):
             )
             for split, prefix in SPLITS.items()
         }
+
+    def _check_downloadable(self, names: list[str]) -> None:
+        """Raises `DataUnavailableError` when downloading is off or the host does not answer."""
+        if self._download:
+            url = URL_TEMPLATE.format(names[0])
+            reason = unreachable_reason(url)
+            if reason is None:
+                return
+            cause = f"{url} could not be reached ({reason})"
+        else:
+            cause = "downloading is off (download=False)"
+        raise DataUnavailableError(
+            f"Multi30k {self.builder_config.name} is not prepared in "
+            f"{os.fspath(self.data_dir_root)}, no local copy was found, and {cause}. Put "
+            f"{', '.join(names)} (published at {URL_TEMPLATE.format('')}) in a folder and name "
+            f"it with the environment variable {ENV_VAR} or `{MULTI30K_DIR_CONFIG_KEY}` "
+            f"(argument `local_dir`)."
+        )
 
     def _generate_examples(self, source_path, target_path, num_examples: int):
         config = self.builder_config

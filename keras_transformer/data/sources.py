@@ -29,9 +29,9 @@ import os
 from typing import Any
 
 import tensorflow as tf
-import tensorflow_datasets as tfds
 
 from keras_transformer.data import multi30k as multi30k_lib
+from keras_transformer.data.availability import load_tfds
 from keras_transformer.data.text_files import load_text_files
 
 logger = logging.getLogger(__name__)
@@ -66,6 +66,9 @@ def load_tfds_translation(
     Returns:
         A `tf.data.Dataset` of `(source_text, target_text)` scalar `tf.string` tensors.
 
+    Raises:
+        DataUnavailableError: `download` is False and the dataset is not prepared.
+
     Example (not run as a doctest: it reads a corpus):
 
     ```python
@@ -77,13 +80,8 @@ def load_tfds_translation(
             "Received an invalid value for argument `name`, expected a TFDS dataset name. "
             f"Received: name={name!r}"
         )
-    dataset, info = tfds.load(
-        name,
-        split=split,
-        data_dir=data_dir,
-        download=download,
-        with_info=True,
-        builder_kwargs=builder_kwargs,
+    dataset, info = load_tfds(
+        name, split, data_dir=data_dir, download=download, builder_kwargs=builder_kwargs
     )
     keys = list(info.features.keys()) if hasattr(info.features, "keys") else []
     supervised = info.supervised_keys
@@ -137,11 +135,17 @@ def load_multi30k(
         data_dir: TFDS data folder (TFDS's default when None).
         local_dir: a folder with the published `.gz` files, read instead of downloading; the
             environment variable `KERAS_TRANSFORMER_MULTI30K_DIR` serves when None.
-        download: whether to prepare the dataset if missing.
+        download: whether to download the files when the dataset is not prepared and no
+            local copy is found (a local copy is prepared either way).
 
     Returns:
         A `tf.data.Dataset` of `(source_text, target_text)` scalar `tf.string` tensors, in the
         published files' order.
+
+    Raises:
+        DataUnavailableError: the dataset is not prepared, no local copy is found, and
+            `download` is False or the files' host does not answer; its one-line message
+            names the files, the environment variable and `translation.local_dir`.
 
     Example (not run as a doctest: it reads a corpus):
 
@@ -162,14 +166,19 @@ def load_multi30k(
         )
     base, sep, rest = split.partition("[")
     split = _MULTI30K_SPLIT_ALIASES.get(base, base) + sep + rest
-    builder_kwargs = {"local_dir": os.fspath(local_dir)} if local_dir else None
+    # The builder decides whether to download (it prepares a local copy either way), so TFDS
+    # may always prepare.
+    builder_kwargs = {
+        "local_dir": os.fspath(local_dir) if local_dir else None,
+        "download": download,
+    }
     return load_tfds_translation(
         f"multi30k/{source_lang}-{target_lang}",
         split,
         source_lang=source_lang,
         target_lang=target_lang,
         data_dir=data_dir,
-        download=download,
+        download=True,
         builder_kwargs=builder_kwargs,
     )
 

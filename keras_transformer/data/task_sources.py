@@ -5,7 +5,8 @@ Each loader takes a TFDS dataset by name (`"conll2003"`, `"imdb_reviews"`,
 `"synthetic_pos"`, `"synthetic_sentiment"`, `"synthetic_text"`, from `data.synthetic`).
 With `fallback=True`, a TFDS dataset that cannot be loaded (not prepared and no download,
 no network, a missing TFDS dependency) is replaced by the offline set, with a warning
-naming the error.
+naming the error; with `fallback=False` a dataset that is not prepared while downloading is
+off raises `availability.DataUnavailableError`.
 
 Public API (each returns a `TaskData`):
 
@@ -35,6 +36,7 @@ import tensorflow as tf
 
 from keras_transformer.constants import OFFLINE_DATASETS
 from keras_transformer.data import synthetic
+from keras_transformer.data.availability import load_tfds
 
 logger = logging.getLogger(__name__)
 
@@ -73,12 +75,8 @@ def _load(
             "Received an invalid value for argument `source`, expected a TFDS dataset name "
             f"or {offline_name!r}. Received: source={source!r}"
         )
-    import tensorflow_datasets as tfds
-
     try:
-        dataset, info = tfds.load(
-            source, split=split, data_dir=data_dir, download=download, with_info=True
-        )
+        dataset, info = load_tfds(source, split, data_dir=data_dir, download=download)
     except Exception as e:  # TFDS raises many types: missing data, network, dependencies
         if not fallback:
             raise
