@@ -4,7 +4,11 @@
 import gzip
 import logging
 import os
+import re
+import shlex
 import shutil
+import subprocess
+import sys
 
 import keras
 import pytest
@@ -154,3 +158,68 @@ def test_train_refuses_validation_data_without_training_data(tmp_path):
     with pytest.raises(ValueError, match="`validation_data` without `train_data`"):
         train(_config(str(tmp_path / "run")), validation_data=pairs)
     assert not (tmp_path / "run").exists()
+
+
+# The README's "Train on your own corpus" commands, as written, on a small corpus; `train`
+# gets a smaller model and a few steps on top.
+README = os.path.join(os.path.dirname(__file__), "..", "README.md")
+SMALL_RUN = [
+    "data.vocab_size=400",
+    "data.tokens_per_batch=512",
+    "model.num_encoder_layers=1",
+    "model.num_decoder_layers=1",
+    "model.d_model=32",
+    "model.num_heads=2",
+    "model.d_ff=64",
+    "training.epochs=1",
+    "training.steps_per_epoch=3",
+    "training.warmup_steps=1",
+    "training.max_minutes=null",
+    "training.verbose=0",
+    "translation.bleu_every=null",
+]
+
+
+def _readme_commands():
+    with open(README, encoding="utf-8") as f:
+        text = f.read()
+    section = text.split("## Train on your own corpus", 1)[1].split("\n## ", 1)[0]
+    layout, commands = re.findall(r"```(?:text|bash)\n(.*?)```", section, flags=re.S)[:2]
+    files = [word for line in layout.splitlines() for word in line.split("#")[0].split()]
+    lines = commands.replace("\\\n", " ").splitlines()
+    return files, [shlex.split(line) for line in lines if line.strip()]
+
+
+def test_the_readme_own_corpus_commands_run(multi30k_dir, tmp_path):
+    files, commands = _readme_commands()
+    assert [c[:2] for c in commands] == [
+        ["keras-transformer", "train"],
+        ["keras-transformer", "evaluate"],
+        ["keras-transformer", "translate"],
+        ["keras-transformer", "export"],
+    ]
+    # The layout's files, from Multi30k's: 300 training, 40 validation and 20 test pairs.
+    counts = {"train": (0, 300), "valid": (300, 340), "test": (340, 360)}
+    lines = {
+        lang: _read(os.path.join(multi30k_dir, f"train.{lang}.gz"), 360) for lang in ("de", "en")
+    }
+    for name in files:
+        start, end = counts[os.path.basename(name).split(".")[0]]
+        path = tmp_path / name
+        path.parent.mkdir(exist_ok=True)
+        path.write_text("\n".join(lines[name.rsplit(".", 1)[1]][start:end]) + "\n", "utf-8")
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(__file__))}
+    outputs = []
+    for command in commands:
+        args = [sys.executable, "-m", "keras_transformer.cli", *command[1:]]
+        if command[1] == "train":
+            args += [f"--set={override}" for override in SMALL_RUN]
+        done = subprocess.run(
+            args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+        )
+        assert done.returncode == 0, (command, done.stderr[-3000:])
+        outputs.append(done)
+    assert os.path.exists(tmp_path / "runs" / "mine" / "model.keras")
+    assert "bleu" in outputs[1].stdout.lower()  # the test files' score
+    assert len(outputs[2].stdout.strip().splitlines()) == 1  # one translation
+    assert os.path.isdir(tmp_path / "exports" / "transformer" / "1")

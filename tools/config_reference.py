@@ -245,12 +245,10 @@ def _old_layout_table() -> str:
 
 def render() -> str:
     """The whole reference, as `docs/configuration.md` holds it."""
-    from keras_transformer.config import CONFIGS_DIR, ExperimentConfig
+    from keras_transformer.config import ExperimentConfig, packaged_configs
     from keras_transformer.config.task_sections import TASK_SECTIONS
 
-    packaged = sorted(
-        name[: -len(".yaml")] for name in os.listdir(CONFIGS_DIR) if name.endswith(".yaml")
-    )
+    packaged = packaged_configs()
     parts = [INTRO.format(command=COMMAND, packaged=", ".join(f"`{name}`" for name in packaged))]
     hints = typing.get_type_hints(ExperimentConfig)
     sections = [

@@ -9,27 +9,12 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 
 logger = logging.getLogger(__name__)
 
-# How `config.load_config` names a packaged config: `keras_transformer/configs/<name>.yaml`.
-_PACKAGED_SUFFIX = ".yaml"
-
-
-def packaged_configs() -> list[str]:
-    """The names of the configs packaged in `keras_transformer/configs`, which `--config`
-    (`config.load_config`) takes."""
-    from keras_transformer.config import CONFIGS_DIR
-
-    return sorted(
-        name[: -len(_PACKAGED_SUFFIX)]
-        for name in os.listdir(CONFIGS_DIR)
-        if name.endswith(_PACKAGED_SUFFIX)
-    )
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from keras_transformer.config import packaged_configs
+
     parser.add_argument(
         "--config",
         required=True,

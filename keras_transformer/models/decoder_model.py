@@ -162,6 +162,7 @@ class TransformerDecoderModel(keras.Model):
         cls, preset: str, vocabulary_size: int, **overrides: Any
     ) -> TransformerDecoderModel:
         """A preset (`"tiny"`, `"base"`, `"big"`) with the preset's decoder layer count.
+        Its weights are random: a preset is an architecture, not a pretrained model.
 
         Example:
         >>> TransformerDecoderModel.from_preset("big", vocabulary_size=32000).d_model

@@ -152,6 +152,7 @@ class TransformerEncoderModel(keras.Model):
         cls, preset: str, vocabulary_size: int, num_classes: int, **overrides: Any
     ) -> TransformerEncoderModel:
         """A preset (`"tiny"`, `"base"`, `"big"`) with the preset's encoder layer count.
+        Its weights are random: a preset is an architecture, not a pretrained model.
 
         Example:
         >>> model = TransformerEncoderModel.from_preset(

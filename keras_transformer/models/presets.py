@@ -1,5 +1,9 @@
 """Architecture presets: the paper's `base` and `big`, and a `tiny` one for tests.
 
+A preset is an architecture, not a pretrained model: `from_preset` builds it with random
+weights (unlike a KerasHub preset, which downloads trained ones); weights come from
+training (`keras-transformer train`) and load from a run directory.
+
 Each preset fixes the architecture; vocabulary sizes come from the tokenizer and are passed
 separately (`Transformer.from_preset("base", source_vocab_size=..., ...)`). The encoder-only
 and decoder-only models take the same presets, with the encoder's or the decoder's number

@@ -164,6 +164,7 @@ class Transformer(keras.Model):
         cls, preset: str, source_vocab_size: int, target_vocab_size: int, **overrides: Any
     ) -> Transformer:
         """Builds a preset architecture (`"base"`, `"big"`, `"tiny"`), optionally overridden.
+        Its weights are random: a preset is an architecture, not a pretrained model.
 
         Example:
         >>> model = Transformer.from_preset(
