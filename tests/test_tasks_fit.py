@@ -69,44 +69,66 @@ def trained(model, task, x, y, steps, batch_size=32, **compile_kwargs):
     return model
 
 
-@pytest.mark.slow
-def test_encoder_model_learns_token_tagging():
-    keras.utils.set_random_seed(0)
-    x, y = tagging_task(600 * 32, seed=0)
+# The learning tests' thresholds, each with a margin below what every seed scored on
+# Intel and AMD CPUs (`python tests/learning_margins.py` prints the scores of several seeds):
+# the least of each score, and (MOST) the bound a score must stay under.
+THRESHOLDS = {
+    # A model blind to the context scores about 0.75 accuracy and 0 `context`.
+    "tagging": {"accuracy": 0.97, "context": 0.9},
+    "classification": {"accuracy": 0.95, "padded_accuracy": 0.95},
+    "language_modeling": {"predictable": 0.97, "exact_continuations": 0.9},
+}
+# The language model's perplexity: two of the eleven labels of a progression are random
+# (1.0 is not reachable).
+MOST = {"language_modeling": {"perplexity": 1.5}}
+
+
+def tagging_scores(seed):
+    """Trains the token tagger (seed: weights and data); its test accuracy, and its
+    accuracy on the tokens whose left neighbour changes their tag (`context`: the tag
+    differs from the one the token would have after the default neighbour, 9), which a
+    model that does not read its neighbours gets wrong."""
+    keras.utils.set_random_seed(seed)
+    x, y = tagging_task(600 * 32, seed=seed)
     model = trained(TrainingEncoderModel(V, 3, **SMALL, max_length=16), "tagging", x, y, 600)
-    test_x, test_y = tagging_task(500, seed=1)
+    test_x, test_y = tagging_task(500, seed=seed + 1000)
     result = model.evaluate(test_x, test_y, verbose=0, return_dict=True)
     predicted = np.argmax(model.predict(test_x, verbose=0), -1)
     real = test_y > 0
     assert (predicted[real] == test_y[real]).mean() == pytest.approx(result["accuracy"])
-    assert result["accuracy"] >= 0.98
-    # The token alone does not tell the tag: the model reads its left neighbour.
-    alone = np.array([[t] for t in range(4, V)], "int32")
-    assert (np.argmax(model.predict(alone, verbose=0), -1)[:, 0] == 1 + (np.arange(4, V) > 9)).all()
+    changed = real & (test_y != 1 + (test_x > 9))
+    return {
+        "accuracy": result["accuracy"],
+        "context": float((predicted[changed] == test_y[changed]).mean()),
+    }
 
 
-@pytest.mark.slow
-def test_encoder_model_learns_a_sequence_label():
-    keras.utils.set_random_seed(0)
-    x, y = classification_task(450 * 32, seed=0)
+def classification_scores(seed):
+    """Trains the sequence classifier; its test accuracy, and with extra padding. (At the
+    full rate, 450 steps reached 0.88-1.0 over seeds 0-9; at half of it, 1.0 mostly.)"""
+    keras.utils.set_random_seed(seed)
+    x, y = classification_task(600 * 32, seed=seed)
     model = TrainingEncoderModel(V, 3, pooling="mean", **SMALL, max_length=32)
-    model = trained(model, "classification", x, y, 450)
-    test_x, test_y = classification_task(500, seed=1)
-    assert model.evaluate(test_x, test_y, verbose=0, return_dict=True)["accuracy"] >= 0.98
+    model = trained(model, "classification", x, y, 600, learning_rate_scale=0.5)
+    test_x, test_y = classification_task(500, seed=seed + 1000)
     padded = np.pad(test_x, ((0, 0), (0, 5)))  # the label does not depend on the padding
-    assert (np.argmax(model.predict(padded, verbose=0), -1) == test_y).mean() >= 0.98
+    return {
+        "accuracy": model.evaluate(test_x, test_y, verbose=0, return_dict=True)["accuracy"],
+        "padded_accuracy": float(
+            (np.argmax(model.predict(padded, verbose=0), -1) == test_y).mean()
+        ),
+    }
 
 
-@pytest.mark.slow
-def test_decoder_model_learns_a_next_token_pattern_and_continues_it():
-    keras.utils.set_random_seed(0)
-    x, y = progression_task(400 * 32, seed=0)
+def language_modeling_scores(seed):
+    """Trains the decoder on progressions; its perplexity, its accuracy on the predictable
+    tokens, and the share of greedy continuations of three-token prompts that are exact."""
+    keras.utils.set_random_seed(seed)
+    x, y = progression_task(400 * 32, seed=seed)
     model = trained(TrainingDecoderModel(V, **SMALL, max_length=16), "language_modeling", x, y, 400)
-    test_x, test_y = progression_task(500, seed=1)
+    test_x, test_y = progression_task(500, seed=seed + 1000)
     result = model.evaluate(test_x, test_y, verbose=0, return_dict=True)
-    assert result["perplexity"] < 1.5  # two of the eleven labels are random
     predicted = np.argmax(model.predict(test_x, verbose=0), -1)
-    assert (predicted[:, 2:] == test_y[:, 2:]).mean() >= 0.98  # the predictable ones
     # Generation: the first three tokens as the prompt, greedy search continues the
     # progression to its end and stops (EOS) after the tenth token.
     prompts = test_x[:64, 1:4]
@@ -114,8 +136,39 @@ def test_decoder_model_learns_a_next_token_pattern_and_continues_it():
         prompts
     )
     expected = np.concatenate([test_y[:64], np.zeros((64, 1), "int32")], 1)
-    exact = (output.tokens[:, 0, : expected.shape[1]] == expected).all(1).mean()
-    assert exact >= 0.95
+    return {
+        "perplexity": result["perplexity"],
+        "predictable": float((predicted[:, 2:] == test_y[:, 2:]).mean()),
+        "exact_continuations": float(
+            (output.tokens[:, 0, : expected.shape[1]] == expected).all(1).mean()
+        ),
+    }
+
+
+# name -> (scores(seed), least scores, bounds), for `tests/learning_margins.py`.
+LEARNING = {
+    "tagging": (tagging_scores, THRESHOLDS["tagging"], {}),
+    "classification": (classification_scores, THRESHOLDS["classification"], {}),
+    "language_modeling": (
+        language_modeling_scores,
+        THRESHOLDS["language_modeling"],
+        MOST["language_modeling"],
+    ),
+}
+
+
+def check_scores(scores, least, most):
+    for name, value in least.items():
+        assert scores[name] >= value, (name, scores)
+    for name, value in most.items():
+        assert scores[name] < value, (name, scores)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task", sorted(LEARNING))
+def test_each_model_learns_its_synthetic_task(task):
+    scores, least, most = LEARNING[task]
+    check_scores(scores(seed=0), least, most)
 
 
 def _replica_values_identical(model, strategy):

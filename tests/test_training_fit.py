@@ -63,8 +63,16 @@ class StopAtAccuracy(keras.callbacks.Callback):
             self.model.stop_training = True
 
 
-@pytest.mark.slow
-def test_small_model_learns_to_copy():
+# The copy task's thresholds, with a margin below what every seed scored on Intel and AMD
+# CPUs (`python tests/learning_margins.py`).
+COPY_LEAST = {"accuracy": 0.99, "first_four": 0.95}
+
+
+def copy_scores(seed):
+    """A 2+2-layer model trained (up to 1,500 steps, stopping at 99.5% validation accuracy)
+    to copy sequences: its validation accuracy, and that of one-shot predictions of the
+    first four validation sentences."""
+    keras.utils.set_random_seed(seed)
     config = TransformerConfig(
         source_vocab_size=VOCAB,
         target_vocab_size=VOCAB,
@@ -85,9 +93,9 @@ def test_small_model_learns_to_copy():
         global_clipnorm=1.0,
         jit_compile=False,
     )
-    x, y = copy_task(20000, seed=0)
-    train = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(20000, seed=0).batch(64).repeat()
-    val_x, val_y = copy_task(512, seed=1)
+    x, y = copy_task(20000, seed=seed)
+    train = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(20000, seed=seed).batch(64).repeat()
+    val_x, val_y = copy_task(512, seed=seed + 1)
     model.fit(
         train,
         epochs=15,
@@ -97,11 +105,20 @@ def test_small_model_learns_to_copy():
         verbose=0,
     )
     accuracy = model.evaluate(val_x, val_y, verbose=0, return_dict=True)["accuracy"]
-    assert accuracy >= 0.99
     # The greedy copy of the first sentences, predicted one shot (teacher forcing aside).
     logits = model.predict((val_x[0][:4], val_x[1][:4]), verbose=0)
     mask = val_y[:4] != 0
-    assert (np.argmax(logits, -1)[mask] == val_y[:4][mask]).mean() >= 0.95
+    return {
+        "accuracy": accuracy,
+        "first_four": float((np.argmax(logits, -1)[mask] == val_y[:4][mask]).mean()),
+    }
+
+
+@pytest.mark.slow
+def test_small_model_learns_to_copy():
+    scores = copy_scores(seed=0)
+    for name, least in COPY_LEAST.items():
+        assert scores[name] >= least, scores
 
 
 def _replica_values_identical(model, strategy):

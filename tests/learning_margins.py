@@ -1,0 +1,69 @@
+"""Prints the learning tests' scores under several seeds, beside their thresholds: the
+margins that must hold on any CPU (oneDNN's numerics differ between Intel and AMD) and seed.
+
+    python tests/learning_margins.py --seeds 0 1 2 3 4
+
+Each seed sets the weights' initialisation and the training and test data.
+"""
+
+import argparse
+import os
+import platform
+import sys
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+import test_decoding  # noqa: E402
+import test_tasks_fit  # noqa: E402
+import test_training_fit  # noqa: E402
+
+# name -> (scores(seed), the least of each score, the bound each score stays under).
+LEARNING = {
+    **test_tasks_fit.LEARNING,
+    "copy": (test_training_fit.copy_scores, test_training_fit.COPY_LEAST, {}),
+    "reverse": (
+        test_decoding.reverse_scores,
+        test_decoding.REVERSE_LEAST,
+        test_decoding.REVERSE_MOST,
+    ),
+}
+
+
+def _cpu() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    parser.add_argument("--tests", nargs="+", default=sorted(LEARNING), choices=sorted(LEARNING))
+    args = parser.parse_args()
+    print(f"CPU: {_cpu()}; seeds {args.seeds}")
+    failed = False
+    for test in args.tests:
+        scores, least, most = LEARNING[test]
+        rows = {seed: scores(seed) for seed in args.seeds}
+        for name, limit in [*least.items(), *most.items()]:
+            values = [rows[seed][name] for seed in args.seeds]
+            below = name in most
+            worst = max(values) if below else min(values)
+            ok = worst < limit if below else worst >= limit
+            failed |= not ok
+            print(
+                f"{test:18s} {name:20s} "
+                + " ".join(f"{v:.4f}" for v in values)
+                + f"  worst {worst:.4f} {'<' if below else '>='} {limit:.4f}: "
+                + ("ok" if ok else "MISSED")
+            )
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
