@@ -103,7 +103,7 @@ def test_files_without_validation_train_without_it_and_say_so(corpus, tmp_path, 
     assert "val_loss" not in result.history.history
     # Files have no splits: their "test" or "validation" split would be training data.
     for split in ("test", "validation"):
-        with pytest.raises(ValueError, match="--source"):
+        with pytest.raises(ValueError, match="--source-file FILE --reference-file FILE"):
             evaluate_run(run_dir, split, beam_size=1)
 
 

@@ -12,6 +12,7 @@ import logging
 
 logger = logging.getLogger(__name__)
 
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from keras_transformer.config import packaged_configs
 

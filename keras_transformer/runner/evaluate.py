@@ -96,9 +96,9 @@ def evaluate_run(
     ):
         raise ValueError(
             f"Received split {split!r} of the run's local files ({d.source}), which have no "
-            f"splits: expected {d.validation_split!r} (its validation data) or other files "
-            "as the source (`--source FILE`, with `--set translation.target_path=FILE` for "
-            "line-aligned files, or --source-file/--reference-file)."
+            f"splits: expected {d.validation_split!r} (its validation data) or test files: "
+            "`--source-file FILE --reference-file FILE` (in Python, `source_file=`, "
+            "`reference_file=`)."
         )
     return task.evaluate(run_dir, split, max_examples=max_examples, **options)
 

@@ -141,9 +141,9 @@ class Task(abc.ABC):
             if not self.has_validation_data():
                 raise ValueError(
                     f"Received split {split!r} for a run on local files ({d.source}) trained "
-                    "without validation data, expected its test files: pass them as the "
-                    "source (`--source FILE`, and `--set translation.target_path=FILE` for "
-                    "line-aligned files)."
+                    "without validation data (it would score training data), expected test "
+                    "files: `--source-file FILE --reference-file FILE` (in Python, "
+                    "`source_file=`, `reference_file=`)."
                 )
             return self.load_split(split, validation=True, limit=limit)
         return self.load_split(split, limit=limit)
