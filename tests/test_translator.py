@@ -167,6 +167,29 @@ def test_translate_equals_the_pure_tf_function(tokenizer, tiny_model, beam_size)
     assert scores.shape == (len(GERMAN),) and scores.dtype == tf.float32
 
 
+BLANK = ["", "   ", "\t\n", "\u00a0\u3000"]  # empty, spaces, tab/newline, Unicode spaces
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_blank_sources_translate_to_empty_strings(tokenizer, tiny_model, beam_size):
+    """Empty in, empty out, in Python and in the export's pure-TF path: a blank source gets
+    an empty translation (score 0) instead of whatever the model says after EOS alone."""
+    translator = Translator(
+        tiny_model, tokenizer, tokenizer, beam_size=beam_size, max_length=12, jit_compile=False
+    )
+    texts = [GERMAN[0], *BLANK, GERMAN[1]]
+    translations = translator.translate(texts)
+    assert translations[1:-1] == [""] * len(BLANK)
+    assert translations[0] == translator.translate([GERMAN[0]])[0]
+    assert translations[-1] == translator.translate([GERMAN[1]])[0]
+    assert translator.translate(BLANK) == [""] * len(BLANK)  # no sentence to decode
+    nbest = translator.translate_nbest(texts, n=beam_size)
+    assert all(best == [("", 0.0)] * beam_size for best in nbest[1:-1])
+    served, scores = translator.serving_function()(tf.constant(texts))
+    assert [t.decode("utf-8") for t in served.numpy()] == translations
+    assert scores.numpy()[1:-1].tolist() == [0.0] * len(BLANK)
+
+
 def _make_run_dir(root, model, tokenizer):
     paths = RunPaths(str(root))
     os.makedirs(paths.root, exist_ok=True)

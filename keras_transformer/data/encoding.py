@@ -205,6 +205,20 @@ def language_model_windows(tokenizer: Any, texts: Any, max_length: int):
     )
 
 
+# What a blank text is, in Python and in an export's graph alike: nothing but whitespace
+# (RE2's `\s`) and Unicode separators (`\p{Z}`: no-break and ideographic spaces, ...).
+BLANK_PATTERN = r"[\s\p{Z}]*"
+
+
+def blank_texts(texts: Any) -> tf.Tensor:
+    """Whether each text is blank (empty or only whitespace): bool (N,).
+
+    >>> blank_texts(tf.constant(["", " \t", "\u00a0", "a"])).numpy().tolist()
+    [True, True, True, False]
+    """
+    return tf.strings.regex_full_match(tf.convert_to_tensor(texts, tf.string), BLANK_PATTERN)
+
+
 def prompt_ids(tokenizer: Any, texts: Any, max_length: int) -> tf.RaggedTensor:
     """Each prompt's ids, its last `max_length - 1` (room for the BOS the decoder puts
     first, as a training window starts): int32 (N, None) ragged."""

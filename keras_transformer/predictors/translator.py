@@ -31,6 +31,7 @@ import tensorflow as tf
 
 from keras_transformer.constants import TRANSLATION_DECODING_DEFAULTS
 from keras_transformer.data.encoding import (
+    blank_texts,
     source_limit,
     token_ids,
     translation_source,
@@ -185,18 +186,22 @@ class Translator(DecodingPredictor):
         """
         sentences = as_texts(sentences, "sentences")
         n = self._check_n(n)
-        tokens, scores = self.decode_ids(self.encode_sources(sentences), progress=progress)
         if not sentences:
             return []
+        # A blank sentence translates to an empty one (score 0: log 1), without a search.
+        blank = blank_texts(sentences).numpy().tolist()
+        kept = [s for s, is_blank in zip(sentences, blank) if not is_blank]
+        tokens, scores = self.decode_ids(self.encode_sources(kept), progress=progress)
         # (N * n, T): the hypotheses of every sentence, padded to the longest.
         texts = self._detokenize(pad_rows([t[:n] for t in tokens], int(self.model.pad_id)))
-        return [
-            [(texts[i * n + j], float(scores[i][j])) for j in range(n)]
-            for i in range(len(sentences))
-        ]
+        decoded = iter(
+            [(texts[i * n + j], float(scores[i][j])) for j in range(n)] for i in range(len(kept))
+        )
+        return [[("", 0.0)] * n if is_blank else next(decoded) for is_blank in blank]
 
     def translate(self, sentences: Iterable[str], progress: bool = False) -> list[str]:
-        """Translates sentences; returns one string per input, in order.
+        """Translates sentences; returns one string per input, in order (an empty one for a
+        blank sentence: empty, or only whitespace, `data.encoding.blank_texts`).
 
         Example (not run as a doctest: it needs a trained run directory):
 
@@ -210,7 +215,8 @@ class Translator(DecodingPredictor):
     # Pure TensorFlow, for export.
 
     def translate_strings(self, strings: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        """Translates a `tf.string` tensor (N,) with TensorFlow and tf-text ops only.
+        """Translates a `tf.string` tensor (N,) with TensorFlow and tf-text ops only; a
+        blank string (`data.encoding.blank_texts`) translates to an empty one, score 0.
 
         The whole batch is decoded at once, with this translator's method, beam size,
         length penalty and length limits (sampling uses seed `(seed, 0)`). Shapes may be
@@ -250,8 +256,10 @@ class Translator(DecodingPredictor):
         _, tokens, scores = self._search_graph(ids)  # (N, K, T), (N, K)
         shape = tf.shape(tokens)
         flat = tf.reshape(tokens, (shape[0] * shape[1], shape[2]))  # (N*K, T)
-        translations = self.target_tokenizer.detokenize(flat)  # (N*K,)
-        return tf.reshape(translations, shape[:2]), scores  # (N, K), (N, K)
+        translations = tf.reshape(self.target_tokenizer.detokenize(flat), shape[:2])  # (N, K)
+        blank = blank_texts(strings)[:, tf.newaxis]  # (N, 1)
+        translations = tf.where(blank, tf.constant("", tf.string), translations)
+        return translations, tf.where(blank, tf.zeros_like(scores), scores)  # (N, K), (N, K)
 
     def _serve(self, strings: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         return self.translate_strings(strings)
