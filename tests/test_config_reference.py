@@ -2,17 +2,12 @@
 dataclasses, and every key of them is documented."""
 
 import dataclasses
-import importlib.util
 import os
 
 import pytest
+from tool_modules import REPO, load_tool
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-_spec = importlib.util.spec_from_file_location(
-    "config_reference", os.path.join(REPO, "tools", "config_reference.py")
-)
-config_reference = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(config_reference)
+config_reference = load_tool("config_reference")
 
 
 def test_committed_reference_is_current():

@@ -1,16 +1,11 @@
 """The package's import graph has no cycles and no upward imports (`tools/import_graph.py`
 holds the layer table and the graph; `python -m tools.import_graph` prints the same)."""
 
-import importlib.util
-import os
 import textwrap
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-_spec = importlib.util.spec_from_file_location(
-    "import_graph", os.path.join(REPO, "tools", "import_graph.py")
-)
-import_graph = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(import_graph)
+from tool_modules import load_tool
+
+import_graph = load_tool("import_graph")
 
 
 def test_no_import_cycles():
