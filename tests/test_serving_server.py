@@ -23,13 +23,9 @@ import pytest
 from toy_model import save_toy_model
 from xla_saved_model import save_xla_model
 
+from keras_transformer.serving.batching_config import BatchOptions, load_batching_parameters
 from keras_transformer.serving.cli import build_arg_parser
-from keras_transformer.serving.config import (
-    BatchOptions,
-    ConfigError,
-    load_batching_parameters,
-    load_model_server_config,
-)
+from keras_transformer.serving.config import ConfigError, load_model_server_config
 from keras_transformer.serving.servable import SessionOptions
 from keras_transformer.serving.server import start_server
 
@@ -472,8 +468,9 @@ def test_every_repo_config_file_parses_with_tf_servings_schema():
     with open(os.path.join(REPO, "serving", "docker-compose.yml"), encoding="utf-8") as f:
         assert "--allow_version_labels_for_unavailable_models=true" in f.read()
     params = load_batching_parameters(os.path.join(REPO, "serving", "batching.config"))
-    assert (params.max_batch_size, params.batch_timeout_micros) == (32, 5000)
-    assert (params.max_enqueued_batches, params.num_batch_threads) == (100, 4)
+    assert (params.max_batch_size, params.execution_batch_size) == (512, 32)
+    assert params.enable_large_batch_splitting and params.pad_variable_length_inputs
+    assert (params.batch_timeout_micros, params.max_enqueued_batches) == (5000, 100)
 
 
 BAD_CONFIGS = {
@@ -525,11 +522,6 @@ BAD_CONFIGS = {
         "batching",
         "max_batch_size { value: 8 }\nnum_batch_thread { value: 2 }\n",
         r"^:2:\d+: field num_batch_thread: .*has no field named",
-    ),
-    "unsupported_batching_option": (
-        "batching",
-        "max_batch_size { value: 8 }\nallowed_batch_sizes: [4, 8]\n",
-        r"^:2: field allowed_batch_sizes: not supported by the stand-in",
     ),
     "batching_value_out_of_range": (
         "batching",

@@ -9,7 +9,10 @@ Signatures (all batch-major, like the real export):
 * ``tokenize``: ``sentences`` -> ``token_ids`` int32 [None, None] (Unicode code points,
   0-padded) and ``lengths`` int32 [None];
 * ``pair``: ``a``, ``b`` string [None] -> ``joined_bytes`` string [None] (``a|b``; the
-  ``_bytes`` suffix makes TF Serving answer base64).
+  ``_bytes`` suffix makes TF Serving answer base64);
+* ``detokenize``: ``token_ids`` int32 [None, None] -> ``sentences`` string [None] (the code
+  points as text, trailing 0s dropped: the inverse of ``tokenize``) and ``widths`` int32
+  [None] (the inner dim of the ``token_ids`` the session ran on, which batching may pad).
 
     python tests/toy_model.py /tmp/models/toy/1 [--prefix v1:]
 """
@@ -54,6 +57,15 @@ def save_toy_model(export_dir: str | os.PathLike[str], prefix: str = "") -> str:
         def pair(self, a, b):
             return {"joined_bytes": tf.strings.join([a, b], separator="|")}
 
+        @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
+        def detokenize(self, token_ids):
+            codes = tf.RaggedTensor.from_tensor(token_ids, padding=0)
+            rows = tf.shape(token_ids)[0]
+            return {
+                "sentences": tf.strings.unicode_encode(codes, "UTF-8"),
+                "widths": tf.fill([rows], tf.shape(token_ids)[1]),
+            }
+
     module = Toy()
     path = os.fspath(export_dir)
     tf.saved_model.save(
@@ -63,6 +75,7 @@ def save_toy_model(export_dir: str | os.PathLike[str], prefix: str = "") -> str:
             "serving_default": module.serve.get_concrete_function(),
             "tokenize": module.tokenize.get_concrete_function(),
             "pair": module.pair.get_concrete_function(),
+            "detokenize": module.detokenize.get_concrete_function(),
         },
     )
     return path

@@ -1,18 +1,25 @@
 """Dynamic batching: concurrent requests to one signature merged into one session run.
 
-As in TF Serving (``--enable_batching``), requests are merged when every signature input is
-batch-major (first dim -1) and the requests agree on dtypes and inner dimensions; a merged
-batch holds at most ``max_batch_size`` rows and runs once full or ``batch_timeout_micros``
-after its oldest request arrived; a request larger than ``max_batch_size`` is refused
-(INVALID_ARGUMENT) and a full queue answers UNAVAILABLE. Outputs whose inner dims depend on
-the batch (padded token ids) are padded to the longest request of the merged batch.
+As in TF Serving (``--enable_batching``; ``batching_session.cc`` and TensorFlow's
+``shared_batch_scheduler.h``): every request goes through the batcher; a request larger than
+``max_batch_size`` is refused (INVALID_ARGUMENT, "Task size N is larger than maximum input
+batch size M") and a full queue answers UNAVAILABLE. A batch holds at most the execution batch
+size of rows (``max_batch_size``, or ``max_execution_batch_size`` with
+``enable_large_batch_splitting``) and runs once full or ``batch_timeout_micros`` after its
+oldest request arrived. With splitting, a request larger than the execution batch size is cut
+into pieces of that size that run in different batches, and its outputs are the pieces'
+outputs concatenated in order. Tensors are merged and split as `batch_merge.py` describes
+(``allowed_batch_sizes``, ``pad_variable_length_inputs``); when a batch fails (its merge, its
+session run, or its outputs), every request in it gets that error, as in TF Serving.
 
-What TF Serving does not do: requests are grouped by length. A translation's cost grows with
-its longest sentence (every row of a batch decodes until the longest is done), so the batcher
-sorts the queued requests by the byte length of their strings and builds each batch around
-its oldest request from its nearest neighbours in length, leaving out a request that would
-make padding exceed ``max_padding`` of the padded batch; those wait for the next batch (at
-once, as their timeout has run).
+Where the stand-in differs: pieces are cut from the request's start in execution-batch-size
+rows (TF Serving's first piece fills what is left of the open batch), and batches are grouped
+by length. A translation's cost grows with its longest sentence (every row of a batch decodes
+until the longest is done), so the batcher sorts the queued pieces by the byte length of their
+strings and builds each batch around its oldest piece from its nearest neighbours in length,
+leaving out one that would make padding exceed ``max_padding`` of the padded batch; those wait
+for the next batch (at once, as their timeout has run). ``max_padding`` 1 merges whatever is
+queued, as TF Serving does.
 """
 
 from __future__ import annotations
@@ -25,10 +32,19 @@ from typing import Any
 
 import numpy as np
 
-from keras_transformer.serving.config import BatchOptions
+from keras_transformer.serving.batch_merge import (
+    batch_size,
+    concat_pieces,
+    merge_inputs,
+    split_outputs,
+)
+from keras_transformer.serving.batching_config import BatchOptions
 from keras_transformer.serving.errors import ServingStatusError, invalid
 
 logger = logging.getLogger(__name__)
+
+# The counts of BatchScheduler.stats (see its __init__).
+STATS_KEYS = ("batches", "failed_batches", "tasks", "pieces", "padding_rows")
 
 
 def row_lengths(arrays: Mapping[str, np.ndarray]) -> np.ndarray:
@@ -47,18 +63,65 @@ def row_lengths(arrays: Mapping[str, np.ndarray]) -> np.ndarray:
     return lengths
 
 
-class _Task:
-    __slots__ = ("signature", "arrays", "size", "key", "lengths", "enqueued", "done", "result")
+class _Request:
+    """A submitted request: its pieces' results, gathered; ``done`` once all are in."""
 
-    def __init__(self, signature: str, arrays: Mapping[str, np.ndarray], key: tuple) -> None:
+    def __init__(self, pieces: int, max_execution_batch_size: int) -> None:
+        self._lock = threading.Lock()
+        self._outputs: list[Mapping[str, np.ndarray] | None] = [None] * pieces
+        self._left = pieces
+        self._limit = max_execution_batch_size
+        self._error: BaseException | None = None
+        self.done = threading.Event()
+        self.result: dict[str, np.ndarray] | BaseException | None = None
+
+    def finish(self, index: int, result: Mapping[str, np.ndarray] | BaseException) -> None:
+        """Record piece ``index``'s outputs or error (the first error is the request's)."""
+        with self._lock:
+            if isinstance(result, BaseException):
+                self._error = self._error or result
+            else:
+                self._outputs[index] = result
+            self._left -= 1
+            if self._left:
+                return
+        if self._error is not None:
+            self.result = self._error
+        elif len(self._outputs) == 1:
+            self.result = dict(self._outputs[0] or {})
+        else:
+            try:
+                self.result = concat_pieces([o or {} for o in self._outputs], self._limit)
+            except ServingStatusError as e:
+                self.result = e
+        self.done.set()
+
+
+class _Task:
+    """One piece of a request (the whole request unless it was split), as queued."""
+
+    __slots__ = ("signature", "arrays", "size", "key", "lengths", "enqueued", "request", "index")
+
+    def __init__(
+        self,
+        signature: str,
+        arrays: Mapping[str, np.ndarray],
+        key: Any,
+        request: _Request | None = None,
+        index: int = 0,
+    ) -> None:
         self.signature = signature
         self.arrays = arrays
         self.size = int(next(iter(arrays.values())).shape[0])
         self.key = key
         self.lengths = row_lengths(arrays)
         self.enqueued = time.monotonic()
-        self.done = threading.Event()
-        self.result: dict[str, np.ndarray] | BaseException | None = None
+        self.request = request
+        self.index = index
+
+    def finish(self, result: Mapping[str, np.ndarray] | BaseException) -> None:
+        if self.request is not None:
+            self.request.finish(self.index, result)
 
     @property
     def length(self) -> int:
@@ -73,18 +136,19 @@ def padding(tasks: list[_Task]) -> float:
 
 
 def choose_batch(first: _Task, candidates: list[_Task], options: BatchOptions) -> list[_Task]:
-    """``first`` and the candidates nearest to it in length that fit ``max_batch_size`` and
-    keep the batch's padding within ``max_padding`` (the candidates share its key)."""
+    """``first`` and the candidates nearest to it in length that fit the execution batch size
+    and keep the batch's padding within ``max_padding`` (the candidates share its key)."""
+    limit = options.execution_batch_size
     ranked = sorted(candidates, key=lambda t: (abs(t.length - first.length), t.enqueued))
     batch, rows = [first], first.size
     for task in ranked:
-        if rows + task.size > options.max_batch_size:
+        if rows + task.size > limit:
             continue
         if padding([*batch, task]) > options.max_padding:
             continue
         batch.append(task)
         rows += task.size
-        if rows == options.max_batch_size:
+        if rows == limit:
             break
     return batch
 
@@ -116,8 +180,10 @@ class BatchScheduler:
         self._queue: list[_Task] = []
         self._cond = threading.Condition()
         self._stopped = False
-        # batches: session runs made by the batcher; tasks: the requests they answered.
-        self.stats = {"batches": 0, "tasks": 0}
+        # batches: session runs the batcher made or tried (failed_batches of them failed);
+        # tasks: the requests it answered; pieces: the tasks of its batches (more than tasks
+        # when requests were split); padding_rows: rows added up to allowed_batch_sizes.
+        self.stats = dict.fromkeys(STATS_KEYS, 0)
         self._threads = [
             threading.Thread(target=self._loop, name=f"batch-{i}", daemon=True)
             for i in range(options.num_batch_threads)
@@ -125,50 +191,69 @@ class BatchScheduler:
         for thread in self._threads:
             thread.start()
 
-    def can_batch(self, signature_name: str, arrays: Mapping[str, np.ndarray]) -> bool:
-        """Whether the request's inputs are batch-major with one batch size."""
-        signature = self._signatures.get(signature_name)
-        if signature is None or not arrays or set(arrays) != set(signature.inputs):
-            return False
-        sizes = set()
-        for alias, info in signature.inputs.items():
-            dims = info.tensor_shape.dim
-            if info.tensor_shape.unknown_rank or not dims or dims[0].size != -1:
-                return False
-            if arrays[alias].ndim == 0:
-                return False
-            sizes.add(arrays[alias].shape[0])
-        return len(sizes) == 1
+    def _pieces(self, signature_name: str, arrays: Mapping[str, np.ndarray]) -> list[_Task]:
+        size = batch_size(arrays)
+        limit = self._options.max_batch_size
+        if size > limit:
+            raise invalid(f"Task size {size} is larger than maximum input batch size {limit}")
+        step = self._options.execution_batch_size
+        bounds = [(0, size)]
+        if self._options.enable_large_batch_splitting and size > step:
+            bounds = [(start, min(start + step, size)) for start in range(0, size, step)]
+        request = _Request(len(bounds), step)
+        return [
+            _Task(
+                signature_name, {k: v[a:b] for k, v in arrays.items()}, signature_name, request, i
+            )
+            for i, (a, b) in enumerate(bounds)
+        ]
+
+    def _check_capacity(self, size: int) -> None:
+        """TF Serving's ``ValidateBatchTaskQueueCapacity``, on the queued rows."""
+        options, queued = self._options, sum(t.size for t in self._queue)
+        step = options.execution_batch_size
+        if options.enable_large_batch_splitting:
+            capacity = options.max_enqueued_batches * step - queued
+            if size > capacity:
+                raise ServingStatusError(
+                    "UNAVAILABLE",
+                    "The batch scheduling queue to which this task was submitted is full; task "
+                    f"size is {size} but scheduling capacity is only {capacity} "
+                    f"(max_enqueued_batches={options.max_enqueued_batches}, "
+                    f"max_execution_batch_size={step})",
+                )
+        elif queued + size > step * options.max_enqueued_batches:
+            raise ServingStatusError(
+                "UNAVAILABLE", "The batch scheduling queue to which this task was submitted is full"
+            )
 
     def submit(self, signature_name: str, arrays: Mapping[str, np.ndarray]) -> dict:
-        """Queue a request and wait for its rows of the merged run's outputs."""
-        key = (signature_name,) + tuple(
-            (alias, arrays[alias].dtype.str, arrays[alias].shape[1:]) for alias in sorted(arrays)
-        )
-        task = _Task(signature_name, arrays, key)
-        limit = self._options.max_batch_size
-        if task.size > limit:
-            raise invalid(f"Task size {task.size} is larger than maximum input batch size {limit}")
+        """Queue a request and wait for its rows of the merged runs' outputs.
+
+        Raises:
+            ServingStatusError: the request is refused (too large, queue full, unloading) or
+                its batch failed.
+        """
+        pieces = self._pieces(signature_name, arrays)
+        request = pieces[0].request
         with self._cond:
             if self._stopped:
                 raise ServingStatusError("UNAVAILABLE", "The model version is being unloaded")
-            queued_rows = sum(t.size for t in self._queue)
-            if queued_rows + task.size > limit * self._options.max_enqueued_batches:
-                raise ServingStatusError(
-                    "UNAVAILABLE",
-                    "The batch scheduling queue to which this task was submitted is full",
-                )
-            self._queue.append(task)
+            self._check_capacity(sum(p.size for p in pieces))
+            self._queue.extend(pieces)
             self._cond.notify_all()
-        task.done.wait()
-        if isinstance(task.result, BaseException):
-            raise task.result
-        if task.result is None:
+        request.done.wait()
+        with self._cond:
+            self.stats["tasks"] += 1
+        if isinstance(request.result, BaseException):
+            raise request.result
+        if request.result is None:
             raise ServingStatusError("INTERNAL", "The batched session run returned no result")
-        return task.result
+        return request.result
 
     def _take_batch(self) -> list[_Task] | None:
         timeout = self._options.batch_timeout_micros / 1e6
+        limit = self._options.execution_batch_size
         with self._cond:
             while True:
                 while not self._queue and not self._stopped:
@@ -179,7 +264,7 @@ class BatchScheduler:
                 same = [t for t in self._queue if t.key == first.key and t is not first]
                 rows = first.size + sum(t.size for t in same)
                 remaining = first.enqueued + timeout - time.monotonic()
-                if rows >= self._options.max_batch_size or remaining <= 0 or self._stopped:
+                if rows >= limit or remaining <= 0 or self._stopped:
                     break
                 self._cond.wait(remaining)
             batch = choose_batch(first, same, self._options)
@@ -195,55 +280,41 @@ class BatchScheduler:
             try:
                 self._run_batch(batch)
             except BaseException as e:  # a batch thread never dies with tasks waiting
+                logger.exception("batch of signature %r failed", batch[0].signature)
+                self._count(batch, 0, failed=True)
                 for task in batch:
-                    if not task.done.is_set():
-                        task.result = e
-                        task.done.set()
+                    task.finish(e)
 
-    def _count(self, tasks: int) -> None:
+    def _count(self, batch: list[_Task], padding_rows: int, failed: bool) -> None:
         with self._cond:
             self.stats["batches"] += 1
-            self.stats["tasks"] += tasks
+            self.stats["failed_batches"] += int(failed)
+            self.stats["pieces"] += len(batch)
+            self.stats["padding_rows"] += padding_rows
 
     def _run_batch(self, batch: list[_Task]) -> None:
-        if len(batch) == 1:
-            self._run_single(batch[0])
-            return
-        first = batch[0]
-        merged = {
-            alias: np.concatenate([t.arrays[alias] for t in batch], axis=0)
-            for alias in first.arrays
-        }
-        total = sum(t.size for t in batch)
+        """Merge, run, split; a failure at any step is every task's (TF Serving's
+        ``ProcessBatch`` sets each task's status to the batch's)."""
+        options, signature = self._options, batch[0].signature
+        inputs = self._signatures[signature].inputs
+        padding_rows = 0
         try:
-            outputs = self._run(first.signature, merged)
-        except ServingStatusError:
-            # One bad request must not fail the others: answer each on its own.
-            for task in batch:
-                self._run_single(task)
-            return
-        if any(v.ndim == 0 or v.shape[0] != total for v in outputs.values()):
-            logger.warning(
-                "signature %r: an output is not batch-major; running requests unbatched",
-                first.signature,
+            merged, padding_rows = merge_inputs(
+                [t.arrays for t in batch],
+                {alias: inputs[alias].name for alias in batch[0].arrays},
+                options.allowed_batch_sizes,
+                options.pad_variable_length_inputs,
             )
+            outputs = self._run(signature, merged)
+            results = split_outputs(outputs, [t.size for t in batch], padding_rows)
+        except ServingStatusError as e:
+            self._count(batch, padding_rows, failed=True)
             for task in batch:
-                self._run_single(task)
+                task.finish(e)
             return
-        self._count(len(batch))
-        offset = 0
-        for task in batch:
-            task.result = {k: v[offset : offset + task.size] for k, v in outputs.items()}
-            offset += task.size
-            task.done.set()
-
-    def _run_single(self, task: _Task) -> None:
-        self._count(1)
-        try:
-            task.result = self._run(task.signature, task.arrays)
-        except BaseException as e:
-            task.result = e
-        task.done.set()
+        self._count(batch, padding_rows, failed=False)
+        for task, result in zip(batch, results):
+            task.finish(result)
 
     def stop(self) -> None:
         """Answer what is queued, then end the batch threads."""

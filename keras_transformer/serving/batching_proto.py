@@ -3,15 +3,12 @@
 ``tensorflow-serving-api`` ships the API and config protos (``ModelServerConfig``, ...) but not
 ``tensorflow_serving/servables/tensorflow/session_bundle_config.proto``, where
 ``BatchingParameters`` lives, and no other maintained package does. So the message is declared
-here, field for field (names, types, wrappers) from that proto, and built with protobuf's own
-descriptor pool; files are then parsed by ``google.protobuf.text_format`` exactly as TF
-Serving's ``TextFormat::ParseFromString`` parses them (``max_batch_size { value: 8 }``; a bare
-``max_batch_size: 8`` is a type error there and here).
-
-Fields 1-7 are those of the published proto. ``enable_large_batch_splitting`` and
-``max_execution_batch_size`` were added to TF Serving later; they are declared so that a file
-using them gets "not supported by the stand-in" rather than "no such field". Text format
-matches fields by name, so their field numbers here (8, 9) play no part in parsing.
+here, field for field from that proto (names, numbers, types and wrappers, in its order), and
+built with protobuf's own descriptor pool; files are then parsed by ``google.protobuf.text_format``
+exactly as TF Serving's ``TextFormat::ParseFromString`` parses them (``max_batch_size { value: 8
+}``, ``enable_large_batch_splitting { value: true }``; a bare ``max_batch_size: 8`` is a type
+error there and here, while ``allowed_batch_sizes`` and ``pad_variable_length_inputs`` are plain
+fields: ``allowed_batch_sizes: [8, 16]``, ``pad_variable_length_inputs: true``).
 """
 
 from __future__ import annotations
@@ -22,23 +19,24 @@ _PACKAGE = "tensorflow.serving"
 _FILE = "keras_transformer/serving/batching_parameters.proto"
 
 _F = descriptor_pb2.FieldDescriptorProto
-# (name, number, type, label, message type)
+# (name, number, type, label, message type), in session_bundle_config.proto's order.
+_INT64 = ".google.protobuf.Int64Value"
 _FIELDS = (
-    ("max_batch_size", 1, _F.TYPE_MESSAGE, _F.LABEL_OPTIONAL, ".google.protobuf.Int64Value"),
-    ("batch_timeout_micros", 2, _F.TYPE_MESSAGE, _F.LABEL_OPTIONAL, ".google.protobuf.Int64Value"),
-    ("max_enqueued_batches", 3, _F.TYPE_MESSAGE, _F.LABEL_OPTIONAL, ".google.protobuf.Int64Value"),
-    ("num_batch_threads", 4, _F.TYPE_MESSAGE, _F.LABEL_OPTIONAL, ".google.protobuf.Int64Value"),
+    ("max_batch_size", 1, _F.TYPE_MESSAGE, _F.LABEL_OPTIONAL, _INT64),
+    ("batch_timeout_micros", 2, _F.TYPE_MESSAGE, _F.LABEL_OPTIONAL, _INT64),
+    ("max_enqueued_batches", 3, _F.TYPE_MESSAGE, _F.LABEL_OPTIONAL, _INT64),
+    ("num_batch_threads", 4, _F.TYPE_MESSAGE, _F.LABEL_OPTIONAL, _INT64),
     ("thread_pool_name", 5, _F.TYPE_MESSAGE, _F.LABEL_OPTIONAL, ".google.protobuf.StringValue"),
-    ("allowed_batch_sizes", 6, _F.TYPE_INT64, _F.LABEL_REPEATED, None),
-    ("pad_variable_length_inputs", 7, _F.TYPE_BOOL, _F.LABEL_OPTIONAL, None),
-    ("enable_large_batch_splitting", 8, _F.TYPE_BOOL, _F.LABEL_OPTIONAL, None),
     (
-        "max_execution_batch_size",
-        9,
+        "enable_large_batch_splitting",
+        8,
         _F.TYPE_MESSAGE,
         _F.LABEL_OPTIONAL,
-        ".google.protobuf.Int64Value",
+        ".google.protobuf.BoolValue",
     ),
+    ("max_execution_batch_size", 9, _F.TYPE_MESSAGE, _F.LABEL_OPTIONAL, _INT64),
+    ("allowed_batch_sizes", 6, _F.TYPE_INT64, _F.LABEL_REPEATED, None),
+    ("pad_variable_length_inputs", 7, _F.TYPE_BOOL, _F.LABEL_OPTIONAL, None),
 )
 
 

@@ -16,7 +16,8 @@ import threading
 from collections.abc import Sequence
 
 from keras_transformer.constants import DEFAULT_LOG_LEVEL, LOG_LEVELS
-from keras_transformer.serving.config import ConfigError, load_batching_parameters
+from keras_transformer.serving.batching_config import load_batching_parameters
+from keras_transformer.serving.config import ConfigError
 from keras_transformer.serving.core import DEFAULT_MAX_REQUEST_BATCH_SIZE
 from keras_transformer.serving.rest import DEFAULT_MAX_REQUEST_BYTES
 from keras_transformer.serving.servable import SessionOptions

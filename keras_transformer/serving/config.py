@@ -1,10 +1,10 @@
 """TF Serving's configuration files, read into TF Serving's own messages.
 
 ``--model_config_file`` is parsed with ``google.protobuf.text_format`` into
-``tensorflow.serving.ModelServerConfig`` from ``tensorflow-serving-api`` and
-``--batching_parameters_file`` into ``tensorflow.serving.BatchingParameters``
-(`batching_proto.py`). A misspelt field, a value of the wrong type, or an option the stand-in
-does not run is a :class:`ConfigError` naming the file, the line and the field. On top of the
+``tensorflow.serving.ModelServerConfig`` from ``tensorflow-serving-api`` (and
+``--batching_parameters_file`` by the same :func:`parse_text_file`, in `batching_config.py`).
+A misspelt field, a value of the wrong type, or an option the stand-in does not run is a
+:class:`ConfigError` naming the file, the line and the field. On top of the
 schema, the checks TF Serving's ``ServerCore`` makes at startup (``server_core.cc``) apply:
 unique model names, an absolute ``base_path``, a ``tensorflow`` platform, and version labels
 only with ``--allow_version_labels_for_unavailable_models`` (TF Serving assigns labels before
@@ -21,7 +21,6 @@ from typing import Any
 from google.protobuf import text_format
 
 from keras_transformer import storage
-from keras_transformer.serving.batching_proto import BatchingParameters
 
 TENSORFLOW_PLATFORM = "tensorflow"
 LABELS_FLAG = "--allow_version_labels_for_unavailable_models"
@@ -57,7 +56,8 @@ def field_line(text: str, field: str, after: int = 1) -> int | None:
     return None
 
 
-def _error(path: str, line: int | None, field: str, message: str) -> ConfigError:
+def field_error(path: str, line: int | None, field: str, message: str) -> ConfigError:
+    """``path:line: field F: message``, the form of every error about a field's value."""
     where = f"{path}:{line}" if line else path
     return ConfigError(f"{where}: field {field}: {message}")
 
@@ -153,7 +153,7 @@ def load_model_server_config(
     choice = config.WhichOneof("config")
     if choice != "model_config_list":
         field = choice or "model_config_list"
-        raise _error(
+        raise field_error(
             path,
             field_line(text, field),
             field,
@@ -176,7 +176,7 @@ def load_model_server_config(
         models.append(_check_model(path, text, entry, start, models))
         if entry.version_labels and not allow_version_labels_for_unavailable_models:
             label, version = sorted(entry.version_labels.items())[0]
-            raise _error(
+            raise field_error(
                 path,
                 field_line(text, "version_labels", start),
                 "version_labels",
@@ -186,7 +186,7 @@ def load_model_server_config(
                 f"with {LABELS_FLAG}=true)",
             )
     if not models:
-        raise _error(path, None, "model_config_list", "the config lists no models")
+        raise field_error(path, None, "model_config_list", "the config lists no models")
     return models
 
 
@@ -194,7 +194,7 @@ def _check_model(
     path: str, text: str, entry: Any, start: int, previous: list[ModelConfig]
 ) -> ModelConfig:
     def fail(field: str, message: str) -> ConfigError:
-        return _error(path, field_line(text, field, start) or start, field, message)
+        return field_error(path, field_line(text, field, start) or start, field, message)
 
     if not entry.name:
         raise fail("name", "every model needs a name")
@@ -227,92 +227,3 @@ def _check_model(
         raise fail("logging_config", "request logging is not supported by the stand-in")
     labels = {str(k): int(v) for k, v in entry.version_labels.items()}
     return ModelConfig(entry.name, entry.base_path, _version_policy(entry), labels)
-
-
-@dataclasses.dataclass(frozen=True)
-class BatchOptions:
-    """The batching parameters the stand-in runs, with TF Serving's defaults
-    (``SharedBatchScheduler`` queue options, ``batch_scheduler.h``), plus its own
-    length bucketing.
-
-    Args:
-        max_batch_size: most rows in one session run; a larger request is refused.
-        batch_timeout_micros: how long the oldest queued request waits for company.
-        max_enqueued_batches: the queue holds at most this many full batches (then
-            UNAVAILABLE, HTTP 503).
-        num_batch_threads: batches run at once.
-        max_padding: the stand-in's own: a merged batch is split where its rows, sorted by
-            length, would pad more than this fraction of the padded batch (0 merges nothing
-            of unequal length, 1 never splits).
-
-    Example:
-        >>> BatchOptions(max_batch_size=8, batch_timeout_micros=5000).num_batch_threads >= 1
-        True
-    """
-
-    max_batch_size: int = 1000
-    batch_timeout_micros: int = 0
-    max_enqueued_batches: int = 10
-    num_batch_threads: int = dataclasses.field(default_factory=lambda: os.cpu_count() or 1)
-    max_padding: float = 0.5
-
-    def __post_init__(self) -> None:
-        if self.max_batch_size < 1 or self.num_batch_threads < 1:
-            raise ValueError(
-                f"max_batch_size and num_batch_threads must be >= 1, got "
-                f"{self.max_batch_size} and {self.num_batch_threads}"
-            )
-        if self.batch_timeout_micros < 0 or self.max_enqueued_batches < 1:
-            raise ValueError("batch_timeout_micros must be >= 0 and max_enqueued_batches >= 1")
-        if not 0.0 <= self.max_padding <= 1.0:
-            raise ValueError(f"max_padding must be in [0, 1], got {self.max_padding}")
-
-
-# Fields of BatchingParameters the stand-in does not run, and why.
-_UNSUPPORTED_BATCHING = {
-    "allowed_batch_sizes": "batches are not padded to fixed sizes",
-    "pad_variable_length_inputs": "requests whose inner dims differ are never merged",
-    "enable_large_batch_splitting": "a request larger than max_batch_size is refused",
-    "max_execution_batch_size": "large batches are not split",
-}
-
-
-def load_batching_parameters(
-    path: str | os.PathLike[str], max_padding: float | None = None
-) -> BatchOptions:
-    """Read a ``--batching_parameters_file`` (``BatchingParameters`` text format).
-
-    Args:
-        path: the file.
-        max_padding: the stand-in's bucketing threshold (see :class:`BatchOptions`);
-            its default when None.
-
-    Returns:
-        The :class:`BatchOptions` the file sets, TF Serving's defaults elsewhere.
-
-    Raises:
-        ConfigError: a schema error, a field the stand-in does not run, or a value out of
-            range, with the file, line and field.
-    """
-    params, text = parse_text_file(path, BatchingParameters())
-    path = os.fspath(path)
-    for field, why in _UNSUPPORTED_BATCHING.items():
-        value = getattr(params, field)
-        is_set = params.HasField(field) if hasattr(value, "ByteSize") else bool(value)
-        if is_set:
-            raise _error(
-                path, field_line(text, field), field, f"not supported by the stand-in ({why})"
-            )
-    values: dict[str, Any] = {}
-    for field in ("max_batch_size", "batch_timeout_micros", "max_enqueued_batches"):
-        if params.HasField(field):
-            values[field] = int(getattr(params, field).value)
-    if params.HasField("num_batch_threads"):
-        values["num_batch_threads"] = int(params.num_batch_threads.value)
-    if max_padding is not None:
-        values["max_padding"] = max_padding
-    try:
-        return BatchOptions(**values)
-    except ValueError as e:
-        field = next((f for f in values if f in str(e)), "max_batch_size")
-        raise _error(path, field_line(text, field), field, str(e)) from None

@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from keras_transformer.serving.config import BatchOptions, ModelConfig
+from keras_transformer.serving.batching_config import BatchOptions
+from keras_transformer.serving.config import ModelConfig
 from keras_transformer.serving.errors import ServingStatusError, invalid, not_found
 from keras_transformer.serving.manager import ModelManager, VersionWatcher
 from keras_transformer.serving.servable import DEFAULT_SIGNATURE, Servable, SessionOptions

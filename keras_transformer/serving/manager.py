@@ -18,8 +18,9 @@ import threading
 from collections.abc import Iterable
 
 from keras_transformer import storage
-from keras_transformer.serving.batcher import BatchScheduler
-from keras_transformer.serving.config import BatchOptions, ModelConfig
+from keras_transformer.serving.batcher import STATS_KEYS, BatchScheduler
+from keras_transformer.serving.batching_config import BatchOptions
+from keras_transformer.serving.config import ModelConfig
 from keras_transformer.serving.errors import code_name_of, invalid, not_found
 from keras_transformer.serving.servable import Servable, SessionOptions, is_complete_saved_model
 
@@ -207,13 +208,14 @@ class ModelManager:
         return states
 
     def batching_stats(self) -> dict[str, int]:
-        """Session runs (``batches``) and requests (``tasks``) of the loaded batchers."""
-        total = {"batches": 0, "tasks": 0}
+        """The loaded batchers' counts summed (``BatchScheduler.stats``: ``batches``,
+        ``failed_batches``, ``tasks``, ``pieces``, ``padding_rows``)."""
+        total = dict.fromkeys(STATS_KEYS, 0)
         with self._lock:
             batchers = [s.batcher for s in self._servables.values() if s.batcher is not None]
         for batcher in batchers:
-            for key in total:
-                total[key] += batcher.stats[key]
+            for key, value in batcher.stats.items():
+                total[key] += value
         return total
 
     def close(self) -> None:

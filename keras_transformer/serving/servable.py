@@ -216,10 +216,11 @@ class Servable:
         arrays: Mapping[str, np.ndarray],
         output_filter: Sequence[str] = (),
     ) -> dict[str, np.ndarray]:
-        """Run a request, through the batcher when there is one and the request fits it."""
+        """Run a request, through the batcher when there is one (then every request goes
+        through it, as with TF Serving's ``--enable_batching``)."""
         signature_name = signature_name or DEFAULT_SIGNATURE
         self.prepare(signature_name, arrays, output_filter)
-        if self.batcher is not None and self.batcher.can_batch(signature_name, arrays):
+        if self.batcher is not None:
             outputs = self.batcher.submit(signature_name, arrays)
             return {k: outputs[k] for k in (output_filter or outputs)}
         return self.run(signature_name, arrays, output_filter)

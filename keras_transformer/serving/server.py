@@ -4,10 +4,12 @@ It serves SavedModels the way ``tensorflow_model_server`` does, behind the same 
 exports, clients and deployments can be developed and tested where the real server cannot
 run (no Docker). Its parts, one idea each:
 
-* ``config``: ``--model_config_file`` / ``--batching_parameters_file`` read with
-  ``google.protobuf.text_format`` into TF Serving's messages, checked as TF Serving checks them;
-* ``servable`` / ``batcher``: a version loaded through the TF1 session loader and run by
-  SignatureDef (TF Serving's XLA rule included), and dynamic batching that groups by length;
+* ``config`` / ``batching_config``: ``--model_config_file`` / ``--batching_parameters_file``
+  read with ``google.protobuf.text_format`` into TF Serving's messages, checked as TF Serving
+  checks them;
+* ``servable`` / ``batcher`` / ``batch_merge``: a version loaded through the TF1 session loader
+  and run by SignatureDef (TF Serving's XLA rule included), and dynamic batching with TF
+  Serving's splitting, padding and allowed batch sizes, grouped by length;
 * ``manager`` / ``core``: versions found, loaded, labelled and unloaded, and the requests both
   APIs make, answered with TF Serving's messages and status codes;
 * ``codec`` / ``rest``: TF Serving's REST API on aiohttp;
@@ -26,11 +28,10 @@ import logging
 import os
 from collections.abc import Sequence
 
+from keras_transformer.serving.batching_config import BatchOptions, load_batching_parameters
 from keras_transformer.serving.config import (
-    BatchOptions,
     ConfigError,
     ModelConfig,
-    load_batching_parameters,
     load_model_server_config,
     single_model_config,
 )
