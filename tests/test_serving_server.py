@@ -29,6 +29,7 @@ from keras_transformer.serving.config import (
     ConfigError,
     load_batching_parameters,
     load_model_server_config,
+    load_monitoring_config,
 )
 from keras_transformer.serving.servable import SessionOptions
 from keras_transformer.serving.server import start_server
@@ -455,7 +456,11 @@ def test_model_config_file_with_labels(exports, tmp_path):
 
 
 # Every config file under serving/ and the schema TF Serving reads it with.
-REPO_CONFIGS = {"models.config": "ModelServerConfig", "batching.config": "BatchingParameters"}
+REPO_CONFIGS = {
+    "models.config": "ModelServerConfig",
+    "batching.config": "BatchingParameters",
+    "monitoring.config": "MonitoringConfig",
+}
 
 
 def test_every_repo_config_file_parses_with_tf_servings_schema():
@@ -474,6 +479,8 @@ def test_every_repo_config_file_parses_with_tf_servings_schema():
     params = load_batching_parameters(os.path.join(REPO, "serving", "batching.config"))
     assert (params.max_batch_size, params.batch_timeout_micros) == (32, 5000)
     assert (params.max_enqueued_batches, params.num_batch_threads) == (100, 4)
+    monitoring = os.path.join(REPO, "serving", "monitoring.config")
+    assert load_monitoring_config(monitoring) == "/monitoring/prometheus/metrics"
 
 
 BAD_CONFIGS = {
