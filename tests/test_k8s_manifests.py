@@ -9,7 +9,8 @@
   schemas in `deploy/k8s/crds/` (their README says where they come from), whose Kubernetes
   types resolve into the same bundled schemas.
 * Cross-references: the ConfigMap's files are `serving/`'s (models.config parsed as TF
-  Serving's `ModelServerConfig`), the Deployment runs `serving/docker-compose.yml`'s flags and
+  Serving's `ModelServerConfig`), Prometheus scrapes monitoring.config's metrics path on the
+  REST port, the Deployment runs `serving/docker-compose.yml`'s flags and
   image, probes and KServe use the model name models.config declares, ports agree, the
   training Job's worker count agrees with its TF_CONFIG, the commands parse with the
   `keras-transformer` CLI, and paths on the bucket agree between training, export and serving.
@@ -37,6 +38,8 @@ import referencing
 import yaml
 from google.protobuf import text_format
 from tensorflow_serving.config import model_server_config_pb2
+
+from keras_transformer.serving.monitoring_proto import DEFAULT_PROMETHEUS_PATH, MonitoringConfig
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 K8S = os.path.join(REPO, "deploy", "k8s")
@@ -377,6 +380,13 @@ def parse_model_config(text: str) -> model_server_config_pb2.ModelServerConfig:
     return text_format.Parse(text, model_server_config_pb2.ModelServerConfig())
 
 
+def parse_metrics_path(text: str) -> str | None:
+    """The Prometheus path a `MonitoringConfig` text enables (TF Serving's default path when
+    it names none), or None when it does not enable Prometheus."""
+    prometheus = text_format.Parse(text, MonitoringConfig()).prometheus_config
+    return (prometheus.path or DEFAULT_PROMETHEUS_PATH) if prometheus.enable else None
+
+
 def flags(args: list[str]) -> dict[str, str]:
     return dict(a[2:].split("=", 1) for a in args)
 
@@ -393,7 +403,7 @@ def serving_problems(documents) -> list[str]:
     volume = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
     files = {}
-    for flag in ("model_config_file", "batching_parameters_file"):
+    for flag in ("model_config_file", "batching_parameters_file", "monitoring_config_file"):
         folder, filename = os.path.split(args[flag])
         source = volume.get(mounts.get(folder, ""), {}).get("configMap", {}).get("name")
         config_map = [d for d in documents if d["kind"] == "ConfigMap"]
@@ -407,6 +417,15 @@ def serving_problems(documents) -> list[str]:
             os.path.join(REPO, "serving", "batching.config")
         ):
             problems.append("batching.config differs from serving/batching.config")
+    metrics_path = None
+    if "monitoring_config_file" in files:
+        if files["monitoring_config_file"] != read(
+            os.path.join(REPO, "serving", "monitoring.config")
+        ):
+            problems.append("monitoring.config differs from serving/monitoring.config")
+        metrics_path = parse_metrics_path(files["monitoring_config_file"])
+        if metrics_path is None:
+            problems.append("monitoring.config does not enable the Prometheus metrics")
     name = None
     if "model_config_file" in files:
         ours = parse_model_config(files["model_config_file"])
@@ -444,6 +463,19 @@ def serving_problems(documents) -> list[str]:
         port = ports.get(get.get("port"), get.get("port"))
         if (get.get("path"), port) != (f"/v1/models/{name}", REST_PORT):
             problems.append(f"{probe} {get} is not /v1/models/{name} on {REST_PORT}")
+
+    # Prometheus scrapes the metrics path of monitoring.config on the REST port.
+    annotations = deployment["spec"]["template"]["metadata"].get("annotations", {})
+    scrape = (
+        annotations.get("prometheus.io/scrape"),
+        annotations.get("prometheus.io/path"),
+        annotations.get("prometheus.io/port"),
+    )
+    if scrape != ("true", metrics_path, str(REST_PORT)):
+        problems.append(
+            f"the pod's prometheus.io annotations {scrape} are not ('true', {metrics_path!r}, "
+            f"'{REST_PORT}'): monitoring.config's path on the REST port"
+        )
 
     # The Service, the HPA and the PDB find the pods; the HPA owns the replica count.
     service = find(documents, "Service")
@@ -566,6 +598,50 @@ SERVING_BREAKAGES = {
     "config mounted elsewhere": (
         _with("Deployment", "spec.template.spec.containers.0.volumeMounts.0.mountPath", "/etc"),
         "no file of a mounted ConfigMap",
+    ),
+    "another monitoring path": (
+        lambda d: _config_map_with(
+            d,
+            "monitoring.config",
+            read(os.path.join(K8S, "serving", "monitoring.config")).replace(
+                '"/monitoring/prometheus/metrics"', '"/metrics"'
+            ),
+        ),
+        "monitoring.config differs",
+    ),
+    "prometheus disabled": (
+        lambda d: _config_map_with(
+            d,
+            "monitoring.config",
+            read(os.path.join(K8S, "serving", "monitoring.config")).replace(
+                "enable: true", "enable: false"
+            ),
+        ),
+        "does not enable",
+    ),
+    "scrape path elsewhere": (
+        _with(
+            "Deployment",
+            ("spec", "template", "metadata", "annotations", "prometheus.io/path"),
+            "/metrics",
+        ),
+        "prometheus.io annotations",
+    ),
+    "scrape on the gRPC port": (
+        _with(
+            "Deployment",
+            ("spec", "template", "metadata", "annotations", "prometheus.io/port"),
+            str(GRPC_PORT),
+        ),
+        "prometheus.io annotations",
+    ),
+    "scraping off": (
+        _with(
+            "Deployment",
+            ("spec", "template", "metadata", "annotations", "prometheus.io/scrape"),
+            "false",
+        ),
+        "prometheus.io annotations",
     ),
     "another image": (
         _with("Deployment", "spec.template.spec.containers.0.image", "tensorflow/serving:2.20.0"),

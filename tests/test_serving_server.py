@@ -25,7 +25,11 @@ from xla_saved_model import save_xla_model
 
 from keras_transformer.serving.batching_config import BatchOptions, load_batching_parameters
 from keras_transformer.serving.cli import build_arg_parser
-from keras_transformer.serving.config import ConfigError, load_model_server_config
+from keras_transformer.serving.config import (
+    ConfigError,
+    load_model_server_config,
+    load_monitoring_config,
+)
 from keras_transformer.serving.servable import SessionOptions
 from keras_transformer.serving.server import start_server
 
@@ -451,7 +455,11 @@ def test_model_config_file_with_labels(exports, tmp_path):
 
 
 # Every config file under serving/ and the schema TF Serving reads it with.
-REPO_CONFIGS = {"models.config": "ModelServerConfig", "batching.config": "BatchingParameters"}
+REPO_CONFIGS = {
+    "models.config": "ModelServerConfig",
+    "batching.config": "BatchingParameters",
+    "monitoring.config": "MonitoringConfig",
+}
 
 
 def test_every_repo_config_file_parses_with_tf_servings_schema():
@@ -471,6 +479,8 @@ def test_every_repo_config_file_parses_with_tf_servings_schema():
     assert (params.max_batch_size, params.execution_batch_size) == (512, 32)
     assert params.enable_large_batch_splitting and params.pad_variable_length_inputs
     assert (params.batch_timeout_micros, params.max_enqueued_batches) == (5000, 100)
+    monitoring = os.path.join(REPO, "serving", "monitoring.config")
+    assert load_monitoring_config(monitoring) == "/monitoring/prometheus/metrics"
 
 
 BAD_CONFIGS = {

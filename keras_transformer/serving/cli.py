@@ -95,6 +95,12 @@ def build_arg_parser(p: argparse.ArgumentParser | None = None) -> argparse.Argum
     _bool_flag(p, "--enable_batching", "merge concurrent requests into one session run")
     p.add_argument("--batching_parameters_file", default=None, help="BatchingParameters text proto")
     p.add_argument(
+        "--monitoring_config_file",
+        default=None,
+        help="MonitoringConfig text proto: with prometheus_config { enable: true }, metrics on "
+        "the REST port at its path",
+    )
+    p.add_argument(
         "--batching_max_padding",
         type=float,
         default=None,
@@ -177,6 +183,7 @@ def run_from_args(args: argparse.Namespace) -> int:
             rest_threads=args.rest_api_num_threads,
             grpc_threads=args.grpc_max_threads,
             shutdown_seconds=args.shutdown_timeout_seconds,
+            monitoring_config_file=args.monitoring_config_file,
         )
     except (ConfigError, ValueError, OSError) as e:
         sys.stderr.write(f"Failed to start server. Error: {e}\n")

@@ -1,8 +1,9 @@
 """TF Serving's configuration files, read into TF Serving's own messages.
 
 ``--model_config_file`` is parsed with ``google.protobuf.text_format`` into
-``tensorflow.serving.ModelServerConfig`` from ``tensorflow-serving-api`` (and
-``--batching_parameters_file`` by the same :func:`parse_text_file`, in `batching_config.py`).
+``tensorflow.serving.ModelServerConfig`` from ``tensorflow-serving-api`` and
+``--monitoring_config_file`` into ``tensorflow.serving.MonitoringConfig`` (`monitoring_proto.py`)
+(and ``--batching_parameters_file`` by the same :func:`parse_text_file`, in `batching_config.py`).
 A misspelt field, a value of the wrong type, or an option the stand-in does not run is a
 :class:`ConfigError` naming the file, the line and the field. On top of the
 schema, the checks TF Serving's ``ServerCore`` makes at startup (``server_core.cc``) apply:
@@ -21,6 +22,7 @@ from typing import Any
 from google.protobuf import text_format
 
 from keras_transformer import storage
+from keras_transformer.serving.monitoring_proto import DEFAULT_PROMETHEUS_PATH, MonitoringConfig
 
 TENSORFLOW_PLATFORM = "tensorflow"
 LABELS_FLAG = "--allow_version_labels_for_unavailable_models"
@@ -227,3 +229,43 @@ def _check_model(
         raise fail("logging_config", "request logging is not supported by the stand-in")
     labels = {str(k): int(v) for k, v in entry.version_labels.items()}
     return ModelConfig(entry.name, entry.base_path, _version_policy(entry), labels)
+
+
+def load_monitoring_config(path: str | os.PathLike[str]) -> str | None:
+    """Read a ``--monitoring_config_file``: the path the Prometheus metrics are served at.
+
+    As TF Serving's ``CreateAndStartHttpServer`` (``model_servers/http_server.cc``): with
+    ``prometheus_config { enable: true }`` the page is served at ``path``, or at
+    ``/monitoring/prometheus/metrics`` when ``path`` is empty; without ``enable: true``
+    (an empty file included) nothing is served.
+
+    Args:
+        path: a ``MonitoringConfig`` in protobuf text format.
+
+    Returns:
+        The metrics path, or None when Prometheus is not enabled.
+
+    Raises:
+        ConfigError: a schema error (``path:line:column: field F: ...``), or a metrics path
+            that does not start with ``/`` (no request path could ever match it).
+
+    Example (not run as a doctest: it reads a file relative to the project root):
+
+    ```python
+    load_monitoring_config("serving/monitoring.config")  # '/monitoring/prometheus/metrics'
+    ```
+    """
+    config, text = parse_text_file(path, MonitoringConfig())
+    prometheus = config.prometheus_config
+    if not prometheus.enable:
+        return None
+    metrics_path = prometheus.path or DEFAULT_PROMETHEUS_PATH
+    if not metrics_path.startswith("/"):
+        raise field_error(
+            os.fspath(path),
+            field_line(text, "path"),
+            "path",
+            f"the metrics path must start with '/', got {metrics_path!r} (TF Serving would "
+            "register it and never match a request)",
+        )
+    return metrics_path

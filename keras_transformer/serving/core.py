@@ -3,12 +3,14 @@
 ``ServerCore`` answers in TF Serving's terms (its messages, its status codes, and the
 ``tensorflow_serving.apis`` protos for status and metadata), so the REST app and the gRPC
 service only translate: a request that fails over one fails over the other with the same
-code and message.
+code and message. It also holds the server's :class:`ServingMetrics`, which both front ends
+record their requests in.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -18,6 +20,7 @@ from keras_transformer.serving.batching_config import BatchOptions
 from keras_transformer.serving.config import ModelConfig
 from keras_transformer.serving.errors import ServingStatusError, invalid, not_found
 from keras_transformer.serving.manager import ModelManager, VersionWatcher
+from keras_transformer.serving.monitoring import ServingMetrics, elapsed_usec
 from keras_transformer.serving.servable import DEFAULT_SIGNATURE, Servable, SessionOptions
 
 logger = logging.getLogger(__name__)
@@ -60,6 +63,7 @@ class ServerCore:
         self.max_request_batch_size = int(max_request_batch_size)
         self.managers = {m.name: ModelManager(m, session_options, batching) for m in models}
         self._watcher = VersionWatcher(self.managers.values(), poll_interval)
+        self.metrics = ServingMetrics()
 
     def start(self) -> None:
         """Load the current versions (synchronously), then start the version watcher."""
@@ -117,7 +121,10 @@ class ServerCore:
                 f"Request batch size {rows} exceeds the limit of {self.max_request_batch_size} "
                 "(--max_request_batch_size)"
             )
-        return servable.predict(signature_name or DEFAULT_SIGNATURE, arrays, output_filter)
+        start = time.monotonic_ns()
+        outputs = servable.predict(signature_name or DEFAULT_SIGNATURE, arrays, output_filter)
+        self.metrics.record_runtime(servable.name, "Predict", elapsed_usec(start))
+        return outputs
 
     def status(self, name: str, version: int | None = None, label: str | None = None) -> Any:
         """``GetModelStatusResponse`` for a model, one of its versions, or a label."""

@@ -5,7 +5,8 @@ The servicers implement the generated bases of ``tensorflow-serving-api``
 TF Serving works unchanged: ``Predict``, ``GetModelMetadata`` and ``GetModelStatus`` answer
 with TF Serving's messages and status codes (``prediction_service_impl.cc``,
 ``predict_util.cc``, ``get_model_metadata_impl.cc``, ``get_model_status_impl.cc``); the other
-methods answer UNIMPLEMENTED. Outputs are written into the typed value fields
+methods answer UNIMPLEMENTED. Each method is counted in the server's metrics (``monitoring``'s
+``counted_rpc``). Outputs are written into the typed value fields
 (``string_val``, ``float_val``, ...), as TF Serving does by default.
 """
 
@@ -26,6 +27,7 @@ from tensorflow_serving.apis import (
 
 from keras_transformer.serving.core import ServerCore
 from keras_transformer.serving.errors import ServingStatusError, invalid
+from keras_transformer.serving.monitoring import counted_rpc
 from keras_transformer.serving.servable import DEFAULT_SIGNATURE
 
 logger = logging.getLogger(__name__)
@@ -98,6 +100,7 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
     def __init__(self, core: ServerCore) -> None:
         self.core = core
 
+    @counted_rpc("Predict", tf_serving_api="Predict")
     def Predict(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
         try:
             if not request.HasField("model_spec"):
@@ -124,6 +127,7 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
         except ServingStatusError as e:
             _abort(context, e)
 
+    @counted_rpc("GetModelMetadata", tf_serving_api=None)
     def GetModelMetadata(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
         try:
             if not request.HasField("model_spec"):
@@ -148,6 +152,7 @@ class ModelService(model_service_pb2_grpc.ModelServiceServicer):
     def __init__(self, core: ServerCore) -> None:
         self.core = core
 
+    @counted_rpc("GetModelStatus", tf_serving_api=None)
     def GetModelStatus(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
         try:
             if not request.HasField("model_spec"):

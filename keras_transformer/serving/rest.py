@@ -7,6 +7,8 @@ method on a ``/v1/`` path is 400 "Malformed request". aiohttp does the HTTP/1.1 
 chunked bodies, keep-alive, the body-size cap); the work of a request (JSON, session run)
 runs on a thread pool of ``--rest_api_num_threads`` so the event loop only moves bytes.
 A stop closes the listening socket, answers the requests in flight, then returns.
+Requests under ``/v1/`` are counted in the server's metrics (``monitoring``), whose page is
+served at the ``--monitoring_config_file``'s path, for any method, as TF Serving does.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import json
 import logging
 import re
 import threading
+import time
 import urllib.parse
 from collections.abc import Mapping
 from typing import Any
@@ -31,6 +34,7 @@ from keras_transformer.serving.codec import (
 )
 from keras_transformer.serving.core import ServerCore
 from keras_transformer.serving.errors import ServingStatusError, invalid, not_found
+from keras_transformer.serving.monitoring import CONTENT_TYPE, REST, elapsed_usec
 from keras_transformer.serving.servable import DEFAULT_SIGNATURE
 
 logger = logging.getLogger(__name__)
@@ -46,6 +50,7 @@ _STATUS_RE = re.compile(
     re.IGNORECASE,
 )
 _V1_RE = re.compile(r"/v1/.*", re.IGNORECASE | re.DOTALL)
+_API_OF_VERB = {"classify": "Classify", "regress": "Regress", "predict": "Predict"}
 
 
 def parse_json_request(body: bytes) -> dict[str, Any]:
@@ -85,6 +90,23 @@ def _spec(name: str, version: str | None, label: str | None) -> tuple[str, int |
         int(version) if version else None,
         urllib.parse.unquote(label) if label else None,
     )
+
+
+def metric_labels(method: str, path: str) -> tuple[str, str, str]:
+    """(model name, the stand-in's API name, TF Serving's ``API`` label) of a ``/v1/``
+    request: TF Serving labels POSTs with the path's verb and GETs with "" (its
+    ``ParseModelInfo`` sets the method only for POST); unparsed requests have no model."""
+    if method == "POST":
+        m = _PREDICT_RE.fullmatch(path)
+        if m:
+            verb = m.group(4)
+            return urllib.parse.unquote(m.group(1)), _API_OF_VERB[verb.lower()], verb
+    elif method in ("GET", "HEAD"):
+        m = _STATUS_RE.fullmatch(path)
+        if m and m.group(1):
+            api = "GetModelMetadata" if m.group(4) else "GetModelStatus"
+            return urllib.parse.unquote(m.group(1)), api, ""
+    return "", "", ""
 
 
 def _too_large(limit: int, size: int | None = None) -> ServingStatusError:
@@ -159,13 +181,18 @@ class RestApp:
 
     def answer(self, method: str, path: str, body: bytes) -> tuple[int, bytes]:
         """(HTTP status, JSON body) for a request; never raises."""
+        start, code = time.monotonic_ns(), "OK"
         try:
             status, payload = 200, self.dispatch(method, path, body)
         except ServingStatusError as e:
-            status, payload = e.http_status, {"error": e.message}
+            status, payload, code = e.http_status, {"error": e.message}, e.code
         except Exception as e:  # never let a request kill the worker or leak a traceback
             logger.exception("internal error on %s %s", method, path)
             status, payload = 500, {"error": f"Internal error: {type(e).__name__}: {e}"}
+            code = "INTERNAL"
+        if _V1_RE.fullmatch(path):  # what TF Serving's REST dispatcher handles and counts
+            name, api, tf_api = metric_labels(method, path)
+            self.core.metrics.record_request(name, api, REST, code, elapsed_usec(start), tf_api)
         if status != 200:
             logger.info("%s %s -> %d %s", method, path, status, payload.get("error"))
         text = json.dumps(payload, ensure_ascii=False)
@@ -182,6 +209,7 @@ class RestServer:
         max_request_bytes: larger bodies are answered 413.
         num_threads: request threads (``--rest_api_num_threads``).
         shutdown_timeout: seconds :meth:`stop` waits for requests in flight.
+        metrics_path: where the Prometheus page is served (None: nowhere).
     """
 
     def __init__(
@@ -192,8 +220,10 @@ class RestServer:
         max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
         num_threads: int = 8,
         shutdown_timeout: float = 60.0,
+        metrics_path: str | None = None,
     ) -> None:
         self.app = RestApp(core, max_request_bytes)
+        self.metrics_path = metrics_path
         self.host = host
         self._requested_port = port
         self._shutdown_timeout = shutdown_timeout
@@ -207,6 +237,9 @@ class RestServer:
 
     async def _handle(self, request: web.Request) -> web.Response:
         method, path = request.method, request.rel_url.raw_path
+        if path == self.metrics_path:  # http_server.cc: an exact-path handler, any method
+            page = self.app.core.metrics.page()
+            return web.Response(status=200, body=page, headers={"Content-Type": CONTENT_TYPE})
         limit = self.app.max_request_bytes
         try:
             if request.content_length is not None and request.content_length > limit:

@@ -4,9 +4,9 @@ It serves SavedModels the way ``tensorflow_model_server`` does, behind the same 
 exports, clients and deployments can be developed and tested where the real server cannot
 run (no Docker). Its parts, one idea each:
 
-* ``config`` / ``batching_config``: ``--model_config_file`` / ``--batching_parameters_file``
-  read with ``google.protobuf.text_format`` into TF Serving's messages, checked as TF Serving
-  checks them;
+* ``config`` / ``batching_config``: ``--model_config_file`` / ``--batching_parameters_file`` /
+  ``--monitoring_config_file`` read with ``google.protobuf.text_format`` into TF Serving's
+  messages, checked as TF Serving checks them;
 * ``servable`` / ``batcher`` / ``batch_merge``: a version loaded through the TF1 session loader
   and run by SignatureDef (TF Serving's XLA rule included), and dynamic batching with TF
   Serving's splitting, padding and allowed batch sizes, grouped by length;
@@ -15,6 +15,7 @@ run (no Docker). Its parts, one idea each:
 * ``codec`` / ``rest``: TF Serving's REST API on aiohttp;
 * ``grpc_service``: ``PredictionService`` and ``ModelService`` with the generated stubs of
   ``tensorflow-serving-api``;
+* ``monitoring``: TF Serving's request metrics, served as a Prometheus page on the REST port;
 * ``cli``: ``tensorflow_model_server``'s flags.
 
 Start it with ``keras-transformer serve --model_base_path BASE/NAME --model_name NAME`` (or
@@ -33,6 +34,7 @@ from keras_transformer.serving.config import (
     ConfigError,
     ModelConfig,
     load_model_server_config,
+    load_monitoring_config,
     single_model_config,
 )
 from keras_transformer.serving.core import DEFAULT_MAX_REQUEST_BATCH_SIZE, ServerCore
@@ -54,7 +56,8 @@ class ServingServer:
     """The stand-in: the models, the REST endpoint and the gRPC endpoint.
 
     Create it with :func:`start_server`; ``url`` (REST) and ``grpc_target`` give the bound
-    addresses. Use it as a context manager or call :meth:`stop`, which stops listening and
+    addresses, ``metrics_path`` the Prometheus page's path on the REST port (None when
+    not served). Use it as a context manager or call :meth:`stop`, which stops listening and
     answers the requests in flight before unloading the models.
     """
 
@@ -69,6 +72,7 @@ class ServingServer:
         rest_threads: int = DEFAULT_THREADS,
         grpc_threads: int = DEFAULT_THREADS,
         shutdown_seconds: float = DEFAULT_SHUTDOWN_SECONDS,
+        metrics_path: str | None = None,
     ) -> None:
         if rest_port is None and grpc_port is None:
             raise ValueError("Enable at least one of REST (rest_port) and gRPC (grpc_port)")
@@ -78,12 +82,21 @@ class ServingServer:
         self.host = host
         self._shutdown_seconds = shutdown_seconds
         self._rest = (
-            RestServer(core, host, rest_port, max_request_bytes, rest_threads, shutdown_seconds)
+            RestServer(
+                core,
+                host,
+                rest_port,
+                max_request_bytes,
+                rest_threads,
+                shutdown_seconds,
+                metrics_path,
+            )
             if rest_port is not None
             else None
         )
         self._grpc_options = (grpc_port, max_request_bytes, grpc_threads)
         self._grpc: GrpcServer | None = None
+        self.metrics_path = metrics_path if rest_port is not None else None
 
     def start(self) -> ServingServer:
         """Load the current versions (synchronously), then listen."""
@@ -96,6 +109,8 @@ class ServingServer:
         if self._rest is not None:
             self._rest.start()
             logger.info("Exporting HTTP/REST API at:%s:%d ...", self.host, self._rest.port)
+            if self.metrics_path is not None:
+                logger.info("Prometheus metrics at %s%s", self.url, self.metrics_path)
         return self
 
     def stop(self) -> None:
@@ -168,6 +183,7 @@ def start_server(
     rest_threads: int = DEFAULT_THREADS,
     grpc_threads: int = DEFAULT_THREADS,
     shutdown_seconds: float = DEFAULT_SHUTDOWN_SECONDS,
+    monitoring_config_file: str | os.PathLike[str] | None = None,
 ) -> ServingServer:
     """Load the models and start serving; returns the running :class:`ServingServer`.
 
@@ -192,6 +208,10 @@ def start_server(
         rest_threads: REST request threads.
         grpc_threads: gRPC request threads.
         shutdown_seconds: how long :meth:`ServingServer.stop` waits for requests in flight.
+        monitoring_config_file: a ``MonitoringConfig`` text file; with ``prometheus_config {
+            enable: true }`` the metrics page is served on the REST port at its ``path``
+            (``/monitoring/prometheus/metrics`` by default). Read only when REST is served,
+            as TF Serving reads it only when it starts its HTTP server (``server.cc``).
 
     Returns:
         The started server.
@@ -227,6 +247,9 @@ def start_server(
             batching = batching_parameters
         else:
             batching = load_batching_parameters(batching_parameters)
+    metrics_path = None
+    if monitoring_config_file is not None and port is not None:
+        metrics_path = load_monitoring_config(monitoring_config_file)
     core = ServerCore(configs, session_options, batching, poll_interval, max_request_batch_size)
     server = ServingServer(
         core,
@@ -237,6 +260,7 @@ def start_server(
         rest_threads=rest_threads,
         grpc_threads=grpc_threads,
         shutdown_seconds=shutdown_seconds,
+        metrics_path=metrics_path,
     )
     try:
         return server.start()
