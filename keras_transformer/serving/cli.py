@@ -62,11 +62,17 @@ def build_arg_parser(p: argparse.ArgumentParser | None = None) -> argparse.Argum
     p.add_argument("--model_name", default="default", help="name of the model (with base path)")
     p.add_argument("--model_base_path", default=None, help="directory holding version dirs")
     p.add_argument("--model_config_file", default=None, help="ModelServerConfig text proto")
+    p.add_argument(
+        "--model_config_file_poll_wait_seconds",
+        type=int,
+        default=0,
+        help="reload --model_config_file every N seconds (0: never, as TF Serving's default)",
+    )
     _bool_flag(
         p,
         "--allow_version_labels_for_unavailable_models",
-        "let version_labels point at versions not yet loaded (TF Serving's flag; a config "
-        "with labels needs it at startup)",
+        "let a new version label point at a version not yet loaded (TF Serving's flag; a "
+        "config with labels needs it at startup; moving a label needs the version loaded)",
     )
     p.add_argument("--port", type=int, default=8500, help="gRPC port (0 picks a free port)")
     p.add_argument("--rest_api_port", type=int, default=8501, help="0 picks a free port")
@@ -163,6 +169,7 @@ def run_from_args(args: argparse.Namespace) -> int:
             port=args.rest_api_port,
             grpc_port=args.port,
             poll_interval=args.file_system_poll_wait_seconds,
+            config_poll_interval=args.model_config_file_poll_wait_seconds,
             enable_batching=args.enable_batching,
             batching_parameters=batching,
             max_request_bytes=args.max_request_bytes,

@@ -24,6 +24,7 @@ from tensorflow_serving.apis import (
     prediction_service_pb2_grpc,
 )
 
+from keras_transformer.serving.config import models_of
 from keras_transformer.serving.core import ServerCore
 from keras_transformer.serving.errors import ServingStatusError, invalid
 from keras_transformer.serving.servable import DEFAULT_SIGNATURE
@@ -143,7 +144,8 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
 
 
 class ModelService(model_service_pb2_grpc.ModelServiceServicer):
-    """``tensorflow.serving.ModelService``: ``GetModelStatus``."""
+    """``tensorflow.serving.ModelService``: ``GetModelStatus`` and
+    ``HandleReloadConfigRequest``."""
 
     def __init__(self, core: ServerCore) -> None:
         self.core = core
@@ -155,6 +157,27 @@ class ModelService(model_service_pb2_grpc.ModelServiceServicer):
             return self.core.status(*_spec(request.model_spec))
         except ServingStatusError as e:
             _abort(context, e)
+
+    def HandleReloadConfigRequest(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
+        """``model_service_impl.cc``: a ``model_config_list`` is applied as a config file's
+        reload is (``ServerCore.reload_config``); the answer's status is the reload's."""
+        from tensorflow_serving.apis import model_management_pb2
+
+        try:
+            if request.config.WhichOneof("config") != "model_config_list":
+                raise invalid(
+                    "ServerModelConfig type not supported by HandleReloadConfigRequest. Only "
+                    "ModelConfigList is currently supported"
+                )
+            try:
+                models = models_of(request.config, "ReloadConfigRequest.config")
+                self.core.reload_config(models)
+            except ValueError as e:  # a ConfigError: the models TF Serving would refuse
+                raise invalid(str(e)) from None
+        except ServingStatusError as e:
+            logger.error("ReloadConfig failed: %s", e.message)
+            _abort(context, e)
+        return model_management_pb2.ReloadConfigResponse()
 
 
 class GrpcServer:

@@ -145,7 +145,7 @@ class RestApp:
                         f"{verb} is not implemented by the development stand-in server",
                     )
                 return self.predict(*_spec(name, version, label), body)
-        elif method in ("GET", "HEAD"):
+        elif method == "GET":  # HEAD, PUT, ...: "Malformed request", as TF Serving answers
             m = _STATUS_RE.fullmatch(path)
             if m:
                 name, version, label, metadata = m.groups()

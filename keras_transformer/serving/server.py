@@ -143,6 +143,10 @@ class ServingServer:
         """Scan every base path now (what the background poll does each interval)."""
         self.core.refresh()
 
+    def reload_config_file(self, path: str | os.PathLike[str]) -> None:
+        """Reload a ``--model_config_file`` now (what the config poll does each interval)."""
+        self.core.reload_config_file(path)
+
     def batching_stats(self, name: str) -> dict[str, int]:
         """How many merged session runs answered how many requests (``--enable_batching``)."""
         return self.core.batching_stats(name)
@@ -159,6 +163,7 @@ def start_server(
     port: int | None = 0,
     grpc_port: int | None = 0,
     poll_interval: float = DEFAULT_POLL_SECONDS,
+    config_poll_interval: float = 0.0,
     enable_batching: bool = False,
     batching_parameters: BatchOptions | str | os.PathLike[str] | None = None,
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
@@ -182,6 +187,10 @@ def start_server(
         port: REST port (0: a free one; None: no REST).
         grpc_port: gRPC port (0: a free one; None: no gRPC).
         poll_interval: seconds between scans for new versions (<= 0: load once).
+        config_poll_interval: seconds between reloads of ``model_config_file``
+            (``--model_config_file_poll_wait_seconds``; <= 0: never). A reload applies TF
+            Serving's rules (``ServerCore.reload_config``); a refused one is logged and the
+            server keeps its config.
         enable_batching: merge concurrent requests (``--enable_batching``).
         batching_parameters: :class:`BatchOptions` or the path of a ``batching.config``; only
             with ``enable_batching``, as in TF Serving.
@@ -226,7 +235,16 @@ def start_server(
             batching = batching_parameters
         else:
             batching = load_batching_parameters(batching_parameters)
-    core = ServerCore(configs, session_options, batching, poll_interval, max_request_batch_size)
+    core = ServerCore(
+        configs,
+        session_options,
+        batching,
+        poll_interval,
+        max_request_batch_size,
+        allow_version_labels_for_unavailable_models=allow_version_labels_for_unavailable_models,
+        config_file=model_config_file,
+        config_poll_interval=config_poll_interval,
+    )
     server = ServingServer(
         core,
         host=host,
