@@ -48,15 +48,29 @@ def row_lengths(arrays: Mapping[str, np.ndarray]) -> np.ndarray:
 
 
 class _Task:
-    __slots__ = ("signature", "arrays", "size", "key", "lengths", "enqueued", "done", "result")
+    __slots__ = (
+        "signature",
+        "arrays",
+        "size",
+        "key",
+        "lengths",
+        "enqueued",
+        "deadline",
+        "done",
+        "result",
+    )
 
-    def __init__(self, signature: str, arrays: Mapping[str, np.ndarray], key: tuple) -> None:
+    def __init__(
+        self, signature: str, arrays: Mapping[str, np.ndarray], key: tuple, timeout_ms: int = 0
+    ) -> None:
         self.signature = signature
         self.arrays = arrays
         self.size = int(next(iter(arrays.values())).shape[0])
         self.key = key
         self.lengths = row_lengths(arrays)
         self.enqueued = time.monotonic()
+        # No timeout (0) is no deadline, as TF Serving reads an unset RunOptions timeout.
+        self.deadline = self.enqueued + timeout_ms / 1e3 if timeout_ms > 0 else float("inf")
         self.done = threading.Event()
         self.result: dict[str, np.ndarray] | BaseException | None = None
 
@@ -93,7 +107,8 @@ class BatchScheduler:
     """Merges concurrent requests to one version's signatures (see the module docstring).
 
     Args:
-        run: ``run(signature_name, arrays) -> outputs``, one session run.
+        run: ``run(signature_name, arrays, output_aliases, timeout_ms) -> outputs``, one
+            session run.
         options: the batching parameters.
         signatures: the version's SignatureDefs by name.
 
@@ -106,7 +121,7 @@ class BatchScheduler:
 
     def __init__(
         self,
-        run: Callable[[str, Mapping[str, np.ndarray]], dict],
+        run: Callable[..., dict],
         options: BatchOptions,
         signatures: Mapping[str, Any],
     ) -> None:
@@ -140,12 +155,15 @@ class BatchScheduler:
             sizes.add(arrays[alias].shape[0])
         return len(sizes) == 1
 
-    def submit(self, signature_name: str, arrays: Mapping[str, np.ndarray]) -> dict:
-        """Queue a request and wait for its rows of the merged run's outputs."""
+    def submit(
+        self, signature_name: str, arrays: Mapping[str, np.ndarray], timeout_ms: int = 0
+    ) -> dict:
+        """Queue a request and wait for its rows of the merged run's outputs; ``timeout_ms``
+        (0: none) counts from now, the time in the queue included."""
         key = (signature_name,) + tuple(
             (alias, arrays[alias].dtype.str, arrays[alias].shape[1:]) for alias in sorted(arrays)
         )
-        task = _Task(signature_name, arrays, key)
+        task = _Task(signature_name, arrays, key, timeout_ms)
         limit = self._options.max_batch_size
         if task.size > limit:
             raise invalid(f"Task size {task.size} is larger than maximum input batch size {limit}")
@@ -205,6 +223,19 @@ class BatchScheduler:
             self.stats["batches"] += 1
             self.stats["tasks"] += tasks
 
+    @staticmethod
+    def _timeout_ms(batch: list[_Task]) -> int:
+        """The batch's session-run timeout, as TF Serving's ``BatchingSession`` sets it: until
+        the latest deadline of its tasks (0: none); DEADLINE_EXCEEDED when every task's
+        deadline has passed while it waited in the queue."""
+        now = time.monotonic()
+        latest = max(t.deadline for t in batch)
+        if latest <= now:
+            raise ServingStatusError(
+                "DEADLINE_EXCEEDED", "Run() timeout exceeded while waiting in batching queue"
+            )
+        return 0 if latest == float("inf") else max(1, int((latest - now) * 1e3))
+
     def _run_batch(self, batch: list[_Task]) -> None:
         if len(batch) == 1:
             self._run_single(batch[0])
@@ -216,7 +247,7 @@ class BatchScheduler:
         }
         total = sum(t.size for t in batch)
         try:
-            outputs = self._run(first.signature, merged)
+            outputs = self._run(first.signature, merged, None, self._timeout_ms(batch))
         except ServingStatusError:
             # One bad request must not fail the others: answer each on its own.
             for task in batch:
@@ -240,7 +271,7 @@ class BatchScheduler:
     def _run_single(self, task: _Task) -> None:
         self._count(1)
         try:
-            task.result = self._run(task.signature, task.arrays)
+            task.result = self._run(task.signature, task.arrays, None, self._timeout_ms([task]))
         except BaseException as e:
             task.result = e
         task.done.set()

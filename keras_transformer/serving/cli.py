@@ -40,8 +40,13 @@ def parse_bool(value: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, received {value!r}")
 
 
-def _bool_flag(p: argparse.ArgumentParser, name: str, help: str) -> None:  # noqa: A002
-    p.add_argument(name, type=parse_bool, nargs="?", const=True, default=False, help=help)
+def _bool_flag(
+    p: argparse.ArgumentParser,
+    name: str,
+    help: str,  # noqa: A002
+    default: bool = False,
+) -> None:
+    p.add_argument(name, type=parse_bool, nargs="?", const=True, default=default, help=help)
 
 
 def build_arg_parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
@@ -87,7 +92,13 @@ def build_arg_parser(p: argparse.ArgumentParser | None = None) -> argparse.Argum
         "--rest_api_timeout_in_ms",
         type=int,
         default=30000,
-        help="session run timeout per request (0: none)",
+        help="session run timeout of each REST request (0: none); gRPC uses the client's deadline",
+    )
+    _bool_flag(
+        p,
+        "--enforce_session_run_timeout",
+        "end a gRPC request's session run at the client's deadline (TF Serving's flag)",
+        default=True,
     )
     p.add_argument("--rest_api_num_threads", type=int, default=DEFAULT_THREADS)
     p.add_argument("--grpc_max_threads", type=int, default=DEFAULT_THREADS)
@@ -177,12 +188,13 @@ def run_from_args(args: argparse.Namespace) -> int:
             session_options=SessionOptions(
                 intra_op_threads=args.tensorflow_intra_op_parallelism,
                 inter_op_threads=args.tensorflow_inter_op_parallelism,
-                run_timeout_ms=args.rest_api_timeout_in_ms,
                 xla_compilation_enabled=args.xla_cpu_compilation_enabled,
             ),
             rest_threads=args.rest_api_num_threads,
             grpc_threads=args.grpc_max_threads,
             shutdown_seconds=args.shutdown_timeout_seconds,
+            rest_api_timeout_ms=args.rest_api_timeout_in_ms,
+            enforce_session_run_timeout=args.enforce_session_run_timeout,
         )
     except (ConfigError, ValueError, OSError) as e:
         sys.stderr.write(f"Failed to start server. Error: {e}\n")

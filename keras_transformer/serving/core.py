@@ -194,15 +194,19 @@ class ServerCore:
         signature_name: str,
         arrays: Mapping[str, np.ndarray],
         output_filter: Sequence[str] = (),
+        timeout_ms: int = 0,
     ) -> dict[str, np.ndarray]:
-        """Run a predict request on an acquired servable."""
+        """Run a predict request on an acquired servable (``timeout_ms``: its session-run
+        timeout, 0 for none)."""
         rows = max((a.shape[0] for a in arrays.values() if a.ndim), default=1)
         if rows > self.max_request_batch_size:
             raise invalid(
                 f"Request batch size {rows} exceeds the limit of {self.max_request_batch_size} "
                 "(--max_request_batch_size)"
             )
-        return servable.predict(signature_name or DEFAULT_SIGNATURE, arrays, output_filter)
+        return servable.predict(
+            signature_name or DEFAULT_SIGNATURE, arrays, output_filter, timeout_ms
+        )
 
     def status(self, name: str, version: int | None = None, label: str | None = None) -> Any:
         """``GetModelStatusResponse`` for a model or one of its versions; with a label (known

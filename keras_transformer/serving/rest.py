@@ -95,11 +95,13 @@ def _too_large(limit: int, size: int | None = None) -> ServingStatusError:
 
 
 class RestApp:
-    """The request handlers: JSON in, JSON out, over a :class:`ServerCore`."""
+    """The request handlers: JSON in, JSON out, over a :class:`ServerCore`; ``timeout_ms`` is
+    every session run's timeout (``--rest_api_timeout_in_ms``; 0: none)."""
 
-    def __init__(self, core: ServerCore, max_request_bytes: int) -> None:
+    def __init__(self, core: ServerCore, max_request_bytes: int, timeout_ms: int = 0) -> None:
         self.core = core
         self.max_request_bytes = int(max_request_bytes)
+        self.timeout_ms = int(timeout_ms)
 
     def predict(self, name: str, version: int | None, label: str | None, body: bytes) -> dict:
         request = parse_json_request(body)
@@ -110,7 +112,9 @@ class RestApp:
             arrays, row_format = decode_predict_request(
                 request, dict(signature.inputs), signature_name
             )
-            outputs = self.core.predict(servable, signature_name, arrays)
+            outputs = self.core.predict(
+                servable, signature_name, arrays, timeout_ms=self.timeout_ms
+            )
         finally:
             servable.release()
         return make_predict_response(outputs, row_format)
@@ -182,6 +186,8 @@ class RestServer:
         max_request_bytes: larger bodies are answered 413.
         num_threads: request threads (``--rest_api_num_threads``).
         shutdown_timeout: seconds :meth:`stop` waits for requests in flight.
+        timeout_ms: each request's session-run timeout (``--rest_api_timeout_in_ms``; 0:
+            none).
     """
 
     def __init__(
@@ -192,8 +198,9 @@ class RestServer:
         max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
         num_threads: int = 8,
         shutdown_timeout: float = 60.0,
+        timeout_ms: int = 0,
     ) -> None:
-        self.app = RestApp(core, max_request_bytes)
+        self.app = RestApp(core, max_request_bytes, timeout_ms)
         self.host = host
         self._requested_port = port
         self._shutdown_timeout = shutdown_timeout

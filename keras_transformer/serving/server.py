@@ -68,6 +68,8 @@ class ServingServer:
         rest_threads: int = DEFAULT_THREADS,
         grpc_threads: int = DEFAULT_THREADS,
         shutdown_seconds: float = DEFAULT_SHUTDOWN_SECONDS,
+        rest_api_timeout_ms: int = 0,
+        enforce_session_run_timeout: bool = True,
     ) -> None:
         if rest_port is None and grpc_port is None:
             raise ValueError("Enable at least one of REST (rest_port) and gRPC (grpc_port)")
@@ -77,19 +79,34 @@ class ServingServer:
         self.host = host
         self._shutdown_seconds = shutdown_seconds
         self._rest = (
-            RestServer(core, host, rest_port, max_request_bytes, rest_threads, shutdown_seconds)
+            RestServer(
+                core,
+                host,
+                rest_port,
+                max_request_bytes,
+                rest_threads,
+                shutdown_seconds,
+                rest_api_timeout_ms,
+            )
             if rest_port is not None
             else None
         )
-        self._grpc_options = (grpc_port, max_request_bytes, grpc_threads)
+        self._grpc_options = (
+            grpc_port,
+            max_request_bytes,
+            grpc_threads,
+            enforce_session_run_timeout,
+        )
         self._grpc: GrpcServer | None = None
 
     def start(self) -> ServingServer:
         """Load the current versions (synchronously), then listen."""
         self.core.start()
-        grpc_port, max_bytes, grpc_threads = self._grpc_options
+        grpc_port, max_bytes, grpc_threads, enforce_timeout = self._grpc_options
         if grpc_port is not None:
-            self._grpc = GrpcServer(self.core, self.host, grpc_port, max_bytes, grpc_threads)
+            self._grpc = GrpcServer(
+                self.core, self.host, grpc_port, max_bytes, grpc_threads, enforce_timeout
+            )
             self._grpc.start()
             logger.info("Running gRPC ModelServer at %s:%d ...", self.host, self._grpc.port)
         if self._rest is not None:
@@ -172,6 +189,8 @@ def start_server(
     rest_threads: int = DEFAULT_THREADS,
     grpc_threads: int = DEFAULT_THREADS,
     shutdown_seconds: float = DEFAULT_SHUTDOWN_SECONDS,
+    rest_api_timeout_ms: int = 0,
+    enforce_session_run_timeout: bool = True,
 ) -> ServingServer:
     """Load the models and start serving; returns the running :class:`ServingServer`.
 
@@ -200,6 +219,10 @@ def start_server(
         rest_threads: REST request threads.
         grpc_threads: gRPC request threads.
         shutdown_seconds: how long :meth:`ServingServer.stop` waits for requests in flight.
+        rest_api_timeout_ms: each REST request's session-run timeout
+            (``--rest_api_timeout_in_ms``; 0: none). It does not apply to gRPC.
+        enforce_session_run_timeout: gRPC session runs end at the client's deadline
+            (``--enforce_session_run_timeout``, TF Serving's default true).
 
     Returns:
         The started server.
@@ -254,6 +277,8 @@ def start_server(
         rest_threads=rest_threads,
         grpc_threads=grpc_threads,
         shutdown_seconds=shutdown_seconds,
+        rest_api_timeout_ms=rest_api_timeout_ms,
+        enforce_session_run_timeout=enforce_session_run_timeout,
     )
     try:
         return server.start()
