@@ -548,7 +548,7 @@ SERVING_BREAKAGES = {
         lambda d: _config_map_with(
             d,
             "models.config",
-            read(os.path.join(K8S, "serving", "models.config")).replace("value: 2", "value: 1"),
+            read(os.path.join(K8S, "serving", "models.config")).replace("value: 1", "value: 2"),
         ),
         "differs from serving/models.config",
     ),

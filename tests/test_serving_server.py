@@ -446,10 +446,9 @@ def test_model_config_file_with_labels(exports, tmp_path):
             status, body = http(predict_url(srv, suffix), "POST", {"inputs": ["a"]})
             assert status == 200, (suffix, body)
             assert body["outputs"]["translations"] == [expected]
-        assert (
-            http(f"{srv.url}/v1/models/toy/labels/stable")[1]["model_version_status"][0]["version"]
-            == "1"
-        )
+        # Status by label lists every version, as TF Serving's GetModelStatusImpl does.
+        status_versions = http(f"{srv.url}/v1/models/toy/labels/stable")[1]["model_version_status"]
+        assert [v["version"] for v in status_versions] == ["2", "1"]
         status, body = http(f"{srv.url}/v1/models/toy/labels/beta/metadata")
         assert status == 400 and "Unrecognized servable version label: beta" in body["error"]
 
@@ -468,8 +467,9 @@ def test_every_repo_config_file_parses_with_tf_servings_schema():
     path = os.path.join(REPO, "serving", "models.config")
     (model,) = load_model_server_config(path, allow_version_labels_for_unavailable_models=True)
     assert model.name == "transformer" and model.base_path == "/models/transformer"
-    assert model.version_policy == ("specific", frozenset({1, 2}))
-    assert model.version_labels == {"stable": 1, "canary": 2}
+    # The version the quickstart exports, labelled; promotion is two edits (see the file).
+    assert model.version_policy == ("specific", frozenset({1}))
+    assert model.version_labels == {"stable": 1}
     # TF Serving refuses labels at startup without the flag; the compose file passes it.
     with pytest.raises(ConfigError, match=r"models\.config:\d+: field version_labels"):
         load_model_server_config(path)

@@ -100,7 +100,17 @@ class _Request:
 class _Task:
     """One piece of a request (the whole request unless it was split), as queued."""
 
-    __slots__ = ("signature", "arrays", "size", "key", "lengths", "enqueued", "request", "index")
+    __slots__ = (
+        "signature",
+        "arrays",
+        "size",
+        "key",
+        "lengths",
+        "enqueued",
+        "deadline",
+        "request",
+        "index",
+    )
 
     def __init__(
         self,
@@ -109,6 +119,7 @@ class _Task:
         key: Any,
         request: _Request | None = None,
         index: int = 0,
+        timeout_ms: int = 0,
     ) -> None:
         self.signature = signature
         self.arrays = arrays
@@ -116,6 +127,8 @@ class _Task:
         self.key = key
         self.lengths = row_lengths(arrays)
         self.enqueued = time.monotonic()
+        # No timeout (0) is no deadline, as TF Serving reads an unset RunOptions timeout.
+        self.deadline = self.enqueued + timeout_ms / 1e3 if timeout_ms > 0 else float("inf")
         self.request = request
         self.index = index
 
@@ -157,7 +170,8 @@ class BatchScheduler:
     """Merges concurrent requests to one version's signatures (see the module docstring).
 
     Args:
-        run: ``run(signature_name, arrays) -> outputs``, one session run.
+        run: ``run(signature_name, arrays, output_aliases, timeout_ms) -> outputs``, one
+            session run.
         options: the batching parameters.
         signatures: the version's SignatureDefs by name.
 
@@ -170,7 +184,7 @@ class BatchScheduler:
 
     def __init__(
         self,
-        run: Callable[[str, Mapping[str, np.ndarray]], dict],
+        run: Callable[..., dict],
         options: BatchOptions,
         signatures: Mapping[str, Any],
     ) -> None:
@@ -191,7 +205,9 @@ class BatchScheduler:
         for thread in self._threads:
             thread.start()
 
-    def _pieces(self, signature_name: str, arrays: Mapping[str, np.ndarray]) -> list[_Task]:
+    def _pieces(
+        self, signature_name: str, arrays: Mapping[str, np.ndarray], timeout_ms: int
+    ) -> list[_Task]:
         size = batch_size(arrays)
         limit = self._options.max_batch_size
         if size > limit:
@@ -203,7 +219,12 @@ class BatchScheduler:
         request = _Request(len(bounds), step)
         return [
             _Task(
-                signature_name, {k: v[a:b] for k, v in arrays.items()}, signature_name, request, i
+                signature_name,
+                {k: v[a:b] for k, v in arrays.items()},
+                signature_name,
+                request,
+                i,
+                timeout_ms,
             )
             for i, (a, b) in enumerate(bounds)
         ]
@@ -227,14 +248,17 @@ class BatchScheduler:
                 "UNAVAILABLE", "The batch scheduling queue to which this task was submitted is full"
             )
 
-    def submit(self, signature_name: str, arrays: Mapping[str, np.ndarray]) -> dict:
-        """Queue a request and wait for its rows of the merged runs' outputs.
+    def submit(
+        self, signature_name: str, arrays: Mapping[str, np.ndarray], timeout_ms: int = 0
+    ) -> dict:
+        """Queue a request and wait for its rows of the merged runs' outputs; ``timeout_ms``
+        (0: none) counts from now, the time in the queue included.
 
         Raises:
             ServingStatusError: the request is refused (too large, queue full, unloading) or
                 its batch failed.
         """
-        pieces = self._pieces(signature_name, arrays)
+        pieces = self._pieces(signature_name, arrays, timeout_ms)
         request = pieces[0].request
         with self._cond:
             if self._stopped:
@@ -292,6 +316,19 @@ class BatchScheduler:
             self.stats["pieces"] += len(batch)
             self.stats["padding_rows"] += padding_rows
 
+    @staticmethod
+    def _timeout_ms(batch: list[_Task]) -> int:
+        """The batch's session-run timeout, as TF Serving's ``BatchingSession`` sets it: until
+        the latest deadline of its tasks (0: none); DEADLINE_EXCEEDED when every task's
+        deadline passed while it waited in the queue."""
+        now = time.monotonic()
+        latest = max(t.deadline for t in batch)
+        if latest <= now:
+            raise ServingStatusError(
+                "DEADLINE_EXCEEDED", "Run() timeout exceeded while waiting in batching queue"
+            )
+        return 0 if latest == float("inf") else max(1, int((latest - now) * 1e3))
+
     def _run_batch(self, batch: list[_Task]) -> None:
         """Merge, run, split; a failure at any step is every task's (TF Serving's
         ``ProcessBatch`` sets each task's status to the batch's)."""
@@ -305,7 +342,7 @@ class BatchScheduler:
                 options.allowed_batch_sizes,
                 options.pad_variable_length_inputs,
             )
-            outputs = self._run(signature, merged)
+            outputs = self._run(signature, merged, None, self._timeout_ms(batch))
             results = split_outputs(outputs, [t.size for t in batch], padding_rows)
         except ServingStatusError as e:
             self._count(batch, padding_rows, failed=True)

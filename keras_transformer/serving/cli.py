@@ -41,8 +41,13 @@ def parse_bool(value: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, received {value!r}")
 
 
-def _bool_flag(p: argparse.ArgumentParser, name: str, help: str) -> None:  # noqa: A002
-    p.add_argument(name, type=parse_bool, nargs="?", const=True, default=False, help=help)
+def _bool_flag(
+    p: argparse.ArgumentParser,
+    name: str,
+    help: str,  # noqa: A002
+    default: bool = False,
+) -> None:
+    p.add_argument(name, type=parse_bool, nargs="?", const=True, default=default, help=help)
 
 
 def build_arg_parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
@@ -63,11 +68,17 @@ def build_arg_parser(p: argparse.ArgumentParser | None = None) -> argparse.Argum
     p.add_argument("--model_name", default="default", help="name of the model (with base path)")
     p.add_argument("--model_base_path", default=None, help="directory holding version dirs")
     p.add_argument("--model_config_file", default=None, help="ModelServerConfig text proto")
+    p.add_argument(
+        "--model_config_file_poll_wait_seconds",
+        type=int,
+        default=0,
+        help="reload --model_config_file every N seconds (0: never, as TF Serving's default)",
+    )
     _bool_flag(
         p,
         "--allow_version_labels_for_unavailable_models",
-        "let version_labels point at versions not yet loaded (TF Serving's flag; a config "
-        "with labels needs it at startup)",
+        "let a new version label point at a version not yet loaded (TF Serving's flag; a "
+        "config with labels needs it at startup; moving a label needs the version loaded)",
     )
     p.add_argument("--port", type=int, default=8500, help="gRPC port (0 picks a free port)")
     p.add_argument("--rest_api_port", type=int, default=8501, help="0 picks a free port")
@@ -82,7 +93,13 @@ def build_arg_parser(p: argparse.ArgumentParser | None = None) -> argparse.Argum
         "--rest_api_timeout_in_ms",
         type=int,
         default=30000,
-        help="session run timeout per request (0: none)",
+        help="session run timeout of each REST request (0: none); gRPC uses the client's deadline",
+    )
+    _bool_flag(
+        p,
+        "--enforce_session_run_timeout",
+        "end a gRPC request's session run at the client's deadline (TF Serving's flag)",
+        default=True,
     )
     p.add_argument("--rest_api_num_threads", type=int, default=DEFAULT_THREADS)
     p.add_argument("--grpc_max_threads", type=int, default=DEFAULT_THREADS)
@@ -170,6 +187,7 @@ def run_from_args(args: argparse.Namespace) -> int:
             port=args.rest_api_port,
             grpc_port=args.port,
             poll_interval=args.file_system_poll_wait_seconds,
+            config_poll_interval=args.model_config_file_poll_wait_seconds,
             enable_batching=args.enable_batching,
             batching_parameters=batching,
             max_request_bytes=args.max_request_bytes,
@@ -177,13 +195,14 @@ def run_from_args(args: argparse.Namespace) -> int:
             session_options=SessionOptions(
                 intra_op_threads=args.tensorflow_intra_op_parallelism,
                 inter_op_threads=args.tensorflow_inter_op_parallelism,
-                run_timeout_ms=args.rest_api_timeout_in_ms,
                 xla_compilation_enabled=args.xla_cpu_compilation_enabled,
             ),
             rest_threads=args.rest_api_num_threads,
             grpc_threads=args.grpc_max_threads,
             shutdown_seconds=args.shutdown_timeout_seconds,
             monitoring_config_file=args.monitoring_config_file,
+            rest_api_timeout_ms=args.rest_api_timeout_in_ms,
+            enforce_session_run_timeout=args.enforce_session_run_timeout,
         )
     except (ConfigError, ValueError, OSError) as e:
         sys.stderr.write(f"Failed to start server. Error: {e}\n")

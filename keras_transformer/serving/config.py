@@ -127,31 +127,38 @@ def _version_policy(entry: Any) -> tuple[str, Any]:
     return ("latest", 1)
 
 
-def load_model_server_config(
-    path: str | os.PathLike[str], allow_version_labels_for_unavailable_models: bool = False
+def label_unavailable_message(model: str, version: int) -> str:
+    """TF Serving's refusal of a label whose version is not AVAILABLE
+    (``ServerCore::UpdateModelVersionLabelMap``)."""
+    return (
+        f"Request to assign label to version {version} of model {model}, which is not "
+        "currently available for inference"
+    )
+
+
+def read_model_server_config(
+    path: str | os.PathLike[str], refuse_labels: bool = False
 ) -> list[ModelConfig]:
-    """Read a ``--model_config_file`` and check it as TF Serving's ``ServerCore`` does.
+    """Read a ``--model_config_file`` and check its models as TF Serving's ``ServerCore`` does
+    (``ValidateModelConfigList``). Labels are checked against the versions loaded when the
+    config is applied (``ServerCore.reload_config``); ``refuse_labels`` refuses any, as TF
+    Serving does for its first config without ``--allow_version_labels_for_unavailable_models``.
 
-    Args:
-        path: a ``ModelServerConfig`` in protobuf text format.
-        allow_version_labels_for_unavailable_models: TF Serving's flag; without it a config
-            with ``version_labels`` is refused (TF Serving: FAILED_PRECONDITION "Request to
-            assign label to version N of model M, which is not currently available for
-            inference").
-
-    Returns:
-        The models, in file order.
-
-    Example (not run as a doctest: it reads a file relative to the project root):
-
-    ```python
-    load_model_server_config("serving/models.config", True)[0].name  # 'transformer'
-    ```
+    Raises:
+        ConfigError: ``path:line: field F: ...`` naming what TF Serving would refuse.
     """
     from tensorflow_serving.config import model_server_config_pb2
 
     config, text = parse_text_file(path, model_server_config_pb2.ModelServerConfig())
-    path = os.fspath(path)
+    return models_of(config, os.fspath(path), text, refuse_labels)
+
+
+def models_of(
+    config: Any, path: str, text: str = "", refuse_labels: bool = False
+) -> list[ModelConfig]:
+    """The models of a ``ModelServerConfig`` message, checked (see
+    :func:`read_model_server_config`); ``path`` and ``text`` (the message's text, when it came
+    from a file) locate an error."""
     choice = config.WhichOneof("config")
     if choice != "model_config_list":
         field = choice or "model_config_list"
@@ -164,9 +171,9 @@ def load_model_server_config(
         )
     models: list[ModelConfig] = []
     start = 0  # the line of the current entry's name, found after the previous entry's
+    lines = text.splitlines()
     for entry in config.model_config_list.config:
         quoted = re.compile(rf"""(?<![\w.])name\s*:\s*["']{re.escape(entry.name)}["']""")
-        lines = text.splitlines()
         start = next(
             (
                 n
@@ -176,20 +183,43 @@ def load_model_server_config(
             start + 1,
         )
         models.append(_check_model(path, text, entry, start, models))
-        if entry.version_labels and not allow_version_labels_for_unavailable_models:
+        if entry.version_labels and refuse_labels:
             label, version = sorted(entry.version_labels.items())[0]
             raise field_error(
                 path,
                 field_line(text, "version_labels", start),
                 "version_labels",
-                f"FAILED_PRECONDITION: Request to assign label to version {version} of model "
-                f"{entry.name}, which is not currently available for inference (label "
-                f"{label!r}; TF Serving assigns labels before any version has loaded: start "
-                f"with {LABELS_FLAG}=true)",
+                f"FAILED_PRECONDITION: {label_unavailable_message(entry.name, version)} "
+                f"(label {label!r}; TF Serving assigns labels before any version has loaded: "
+                f"start with {LABELS_FLAG}=true)",
             )
     if not models:
         raise field_error(path, None, "model_config_list", "the config lists no models")
     return models
+
+
+def load_model_server_config(
+    path: str | os.PathLike[str], allow_version_labels_for_unavailable_models: bool = False
+) -> list[ModelConfig]:
+    """Read a ``--model_config_file`` for startup, as TF Serving reads its first config.
+
+    Args:
+        path: a ``ModelServerConfig`` in protobuf text format.
+        allow_version_labels_for_unavailable_models: TF Serving's flag. TF Serving assigns
+            labels before any version has loaded, so without it a config with
+            ``version_labels`` is refused (FAILED_PRECONDITION "Request to assign label to
+            version N of model M, which is not currently available for inference").
+
+    Returns:
+        The models, in file order.
+
+    Example (not run as a doctest: it reads a file relative to the project root):
+
+    ```python
+    load_model_server_config("serving/models.config", True)[0].name  # 'transformer'
+    ```
+    """
+    return read_model_server_config(path, not allow_version_labels_for_unavailable_models)
 
 
 def _check_model(

@@ -10,6 +10,8 @@ record their requests in.
 from __future__ import annotations
 
 import logging
+import os
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -17,9 +19,14 @@ from typing import Any
 import numpy as np
 
 from keras_transformer.serving.batching_config import BatchOptions
-from keras_transformer.serving.config import ModelConfig
+from keras_transformer.serving.config import (
+    ConfigError,
+    ModelConfig,
+    label_unavailable_message,
+    read_model_server_config,
+)
 from keras_transformer.serving.errors import ServingStatusError, invalid, not_found
-from keras_transformer.serving.manager import ModelManager, VersionWatcher
+from keras_transformer.serving.manager import ModelManager, Poller
 from keras_transformer.serving.monitoring import ServingMetrics, elapsed_usec
 from keras_transformer.serving.servable import DEFAULT_SIGNATURE, Servable, SessionOptions
 
@@ -37,6 +44,12 @@ class ServerCore:
         batching: batching parameters, or None (``--enable_batching`` off).
         poll_interval: seconds between scans of the base paths (<= 0: load once).
         max_request_batch_size: most rows (first-dim entries) one request may carry.
+        allow_version_labels_for_unavailable_models: TF Serving's flag: a config may give a
+            new label a version that is not AVAILABLE yet (moving a label still needs one).
+        config_file: the ``--model_config_file`` the models came from, reloaded every
+            ``config_poll_interval`` seconds (``--model_config_file_poll_wait_seconds``;
+            <= 0: never, TF Serving's default).
+        config_poll_interval: see ``config_file``.
 
     Example (not run as a doctest: it needs an export on disk):
 
@@ -54,20 +67,37 @@ class ServerCore:
         batching: BatchOptions | None = None,
         poll_interval: float = 1.0,
         max_request_batch_size: int = DEFAULT_MAX_REQUEST_BATCH_SIZE,
+        allow_version_labels_for_unavailable_models: bool = False,
+        config_file: str | os.PathLike[str] | None = None,
+        config_poll_interval: float = 0.0,
     ) -> None:
-        names = [m.name for m in models]
-        if not models or len(set(names)) != len(names):
-            raise ValueError(f"Need at least one model and unique model names, got {names}")
+        _check_names(models)
         if max_request_batch_size < 1:
             raise ValueError(f"max_request_batch_size must be >= 1, got {max_request_batch_size}")
         self.max_request_batch_size = int(max_request_batch_size)
+        self.allow_version_labels_for_unavailable_models = bool(
+            allow_version_labels_for_unavailable_models
+        )
+        self._session_options = session_options
+        self._batching = batching
+        # Replaced whole by a reload, so a reader always sees one config's models.
         self.managers = {m.name: ModelManager(m, session_options, batching) for m in models}
-        self._watcher = VersionWatcher(self.managers.values(), poll_interval)
+        self._removed: dict[str, ModelManager] = {}
+        self._reload_lock = threading.Lock()
+        self._pollers = [Poller(self.refresh, poll_interval, "version-poll")]
+        if config_file is not None:
+            self._pollers.append(
+                Poller(
+                    lambda: self.reload_config_file(config_file),
+                    config_poll_interval,
+                    "config-poll",
+                )
+            )
         self.metrics = ServingMetrics()
 
     def start(self) -> None:
-        """Load the current versions (synchronously), then start the version watcher."""
-        self._watcher.scan()
+        """Load the current versions (synchronously), then start the polls."""
+        self.refresh()
         for manager in self.managers.values():
             try:
                 manager.states()
@@ -77,15 +107,68 @@ class ServerCore:
                     manager.name,
                     manager.config.base_path,
                 )
-        self._watcher.start()
+        for poller in self._pollers:
+            poller.start()
 
     def refresh(self) -> None:
-        """Scan every base path now (what the watcher does each interval)."""
-        self._watcher.scan()
+        """Scan every base path now (what the version poll does each interval)."""
+        for manager in list(self.managers.values()):
+            manager.scan()
+
+    def reload_config(self, models: Sequence[ModelConfig]) -> None:
+        """Apply a new model list, as TF Serving's ``ServerCore::ReloadConfig`` does.
+
+        The labels are checked first (:func:`check_version_labels`); a refused config changes
+        nothing, so a config that moves a label to a version it also adds is refused on every
+        try: add the version in one edit, move the label once it is AVAILABLE. Then models
+        new to the config are loaded (this call waits for them, as TF Serving does), models
+        gone from it are unloaded (their versions reported END), and the others take their
+        new version policy and labels.
+
+        Raises:
+            ServingStatusError: FAILED_PRECONDITION for a label TF Serving would refuse.
+            ValueError: no models, or a name listed twice.
+        """
+        _check_names(models)
+        with self._reload_lock:
+            current = self.managers
+            check_version_labels(models, current, self.allow_version_labels_for_unavailable_models)
+            managers = {}
+            for model in models:
+                manager = current.get(model.name)
+                if manager is None:
+                    self._removed.pop(model.name, None)
+                    manager = ModelManager(model, self._session_options, self._batching)
+                manager.config = model
+                managers[model.name] = manager
+            self.managers = managers
+            for name, manager in current.items():
+                if name not in managers:
+                    logger.info("model %s: removed from the config; unloading", name)
+                    self._removed[name] = manager
+                    manager.close()
+            for manager in managers.values():
+                manager.scan()
+
+    def reload_config_file(self, path: str | os.PathLike[str]) -> None:
+        """Read ``path`` and apply it, as TF Serving's ``PollFilesystemAndReloadConfig``: a file
+        that does not parse or a config that is refused is logged (TF Serving's words) and
+        the models keep their current config."""
+        try:
+            models = read_model_server_config(path)
+        except ConfigError as e:
+            logger.error("Failed to read ModelServerConfig file: %s", e)
+            return
+        try:
+            self.reload_config(models)
+        except (ServingStatusError, ValueError) as e:
+            message = e.message if isinstance(e, ServingStatusError) else str(e)
+            logger.error("PollFilesystemAndReloadConfig failed to ReloadConfig: %s", message)
 
     def close(self) -> None:
         """Stop watching and unload every version."""
-        self._watcher.stop()
+        for poller in self._pollers:
+            poller.stop()
         for manager in self.managers.values():
             manager.close()
 
@@ -96,6 +179,8 @@ class ServerCore:
         if not name:
             raise invalid("ModelSpec has no name specified.")
         manager = self.managers.get(name)
+        if manager is None and for_status:
+            manager = self._removed.get(name)
         if manager is None:
             if for_status:
                 raise not_found(f"Could not find any versions of model {name}")
@@ -113,8 +198,10 @@ class ServerCore:
         signature_name: str,
         arrays: Mapping[str, np.ndarray],
         output_filter: Sequence[str] = (),
+        timeout_ms: int = 0,
     ) -> dict[str, np.ndarray]:
-        """Run a predict request on an acquired servable."""
+        """Run a predict request on an acquired servable (``timeout_ms``: its session-run
+        timeout, 0 for none)."""
         rows = max((a.shape[0] for a in arrays.values() if a.ndim), default=1)
         if rows > self.max_request_batch_size:
             raise invalid(
@@ -122,17 +209,21 @@ class ServerCore:
                 "(--max_request_batch_size)"
             )
         start = time.monotonic_ns()
-        outputs = servable.predict(signature_name or DEFAULT_SIGNATURE, arrays, output_filter)
+        outputs = servable.predict(
+            signature_name or DEFAULT_SIGNATURE, arrays, output_filter, timeout_ms
+        )
         self.metrics.record_runtime(servable.name, "Predict", elapsed_usec(start))
         return outputs
 
     def status(self, name: str, version: int | None = None, label: str | None = None) -> Any:
-        """``GetModelStatusResponse`` for a model, one of its versions, or a label."""
+        """``GetModelStatusResponse`` for a model or one of its versions; with a label (known
+        or not), every version, as TF Serving answers (``get_model_status_impl.cc`` reads only
+        the version)."""
         from tensorflow_serving.apis import get_model_status_pb2
 
+        # As GetModelStatusImpl: a label selects nothing, the answer is every version.
+        del label
         manager = self.manager(name, version, for_status=True)
-        if label is not None:
-            version = manager.label_version(label)
         response = get_model_status_pb2.GetModelStatusResponse()
         for number, state in sorted(manager.states(version).items(), reverse=True):
             entry = response.model_version_status.add(version=number)
@@ -161,3 +252,43 @@ class ServerCore:
     def batching_stats(self, name: str) -> dict[str, int]:
         """How many merged session runs answered how many requests (``--enable_batching``)."""
         return self.manager(name, for_status=True).batching_stats()
+
+
+def _check_names(models: Sequence[ModelConfig]) -> None:
+    names = [m.name for m in models]
+    if not models or len(set(names)) != len(names):
+        raise ValueError(f"Need at least one model and unique model names, got {names}")
+
+
+def check_version_labels(
+    models: Sequence[ModelConfig],
+    managers: Mapping[str, ModelManager],
+    allow_unavailable: bool,
+) -> None:
+    """TF Serving's rule for a config's labels (``ServerCore::UpdateModelVersionLabelMap``).
+
+    A label must point at an AVAILABLE version, except, with
+    ``--allow_version_labels_for_unavailable_models``, a label that is new or keeps its
+    version: moving an existing label always needs the target loaded.
+
+    Args:
+        models: the new config's models.
+        managers: the models being served now, by name.
+        allow_unavailable: the flag.
+
+    Raises:
+        ServingStatusError: FAILED_PRECONDITION with TF Serving's message.
+    """
+    for model in models:
+        manager = managers.get(model.name)
+        old_labels = manager.config.version_labels if manager is not None else {}
+        for label, version in model.version_labels.items():
+            moved = label in old_labels and old_labels[label] != version
+            if allow_unavailable and not moved:
+                continue
+            states = manager.states_or_empty() if manager is not None else {}
+            state = states.get(version)
+            if state is None or state.state != "AVAILABLE":
+                raise ServingStatusError(
+                    "FAILED_PRECONDITION", label_unavailable_message(model.name, version)
+                )

@@ -25,6 +25,7 @@ from tensorflow_serving.apis import (
     prediction_service_pb2_grpc,
 )
 
+from keras_transformer.serving.config import models_of
 from keras_transformer.serving.core import ServerCore
 from keras_transformer.serving.errors import ServingStatusError, invalid
 from keras_transformer.serving.monitoring import counted_rpc
@@ -94,11 +95,28 @@ def _abort(context: grpc.ServicerContext, error: ServingStatusError) -> None:
     context.abort(grpc.StatusCode[error.code], error.grpc_message)
 
 
-class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
-    """``tensorflow.serving.PredictionService``: ``Predict`` and ``GetModelMetadata``."""
+def deadline_ms(context: grpc.ServicerContext) -> int:
+    """The session-run timeout of an RPC: what is left of the client's deadline, as TF
+    Serving's ``DeadlineToTimeoutMillis(context->raw_deadline())`` (0: the client set none)."""
+    remaining = context.time_remaining()
+    if remaining is None:
+        return 0
+    return max(1, int(remaining * 1e3))
 
-    def __init__(self, core: ServerCore) -> None:
+
+class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
+    """``tensorflow.serving.PredictionService``: ``Predict`` and ``GetModelMetadata``.
+
+    Args:
+        core: the models.
+        enforce_session_run_timeout: TF Serving's ``--enforce_session_run_timeout`` (default
+            true): a session run ends with DEADLINE_EXCEEDED at the client's deadline.
+            ``--rest_api_timeout_in_ms`` is REST's alone.
+    """
+
+    def __init__(self, core: ServerCore, enforce_session_run_timeout: bool = True) -> None:
         self.core = core
+        self.enforce_session_run_timeout = enforce_session_run_timeout
 
     @counted_rpc("Predict", tf_serving_api="Predict")
     def Predict(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
@@ -112,8 +130,9 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
                     alias: tensor_proto_to_array(alias, proto)
                     for alias, proto in request.inputs.items()
                 }
+                timeout = deadline_ms(context) if self.enforce_session_run_timeout else 0
                 outputs = self.core.predict(
-                    servable, signature_name, arrays, list(request.output_filter)
+                    servable, signature_name, arrays, list(request.output_filter), timeout
                 )
             finally:
                 servable.release()
@@ -147,7 +166,8 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
 
 
 class ModelService(model_service_pb2_grpc.ModelServiceServicer):
-    """``tensorflow.serving.ModelService``: ``GetModelStatus``."""
+    """``tensorflow.serving.ModelService``: ``GetModelStatus`` and
+    ``HandleReloadConfigRequest``."""
 
     def __init__(self, core: ServerCore) -> None:
         self.core = core
@@ -161,6 +181,27 @@ class ModelService(model_service_pb2_grpc.ModelServiceServicer):
         except ServingStatusError as e:
             _abort(context, e)
 
+    def HandleReloadConfigRequest(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
+        """``model_service_impl.cc``: a ``model_config_list`` is applied as a config file's
+        reload is (``ServerCore.reload_config``); the answer's status is the reload's."""
+        from tensorflow_serving.apis import model_management_pb2
+
+        try:
+            if request.config.WhichOneof("config") != "model_config_list":
+                raise invalid(
+                    "ServerModelConfig type not supported by HandleReloadConfigRequest. Only "
+                    "ModelConfigList is currently supported"
+                )
+            try:
+                models = models_of(request.config, "ReloadConfigRequest.config")
+                self.core.reload_config(models)
+            except ValueError as e:  # a ConfigError: the models TF Serving would refuse
+                raise invalid(str(e)) from None
+        except ServingStatusError as e:
+            logger.error("ReloadConfig failed: %s", e.message)
+            _abort(context, e)
+        return model_management_pb2.ReloadConfigResponse()
+
 
 class GrpcServer:
     """A grpcio server with both services.
@@ -171,10 +212,17 @@ class GrpcServer:
         port: TCP port (0: a free one, see :attr:`port`).
         max_request_bytes: larger messages are refused by gRPC (RESOURCE_EXHAUSTED).
         max_threads: concurrent RPCs (``--grpc_max_threads``).
+        enforce_session_run_timeout: session runs end at the client's deadline.
     """
 
     def __init__(
-        self, core: ServerCore, host: str, port: int, max_request_bytes: int, max_threads: int
+        self,
+        core: ServerCore,
+        host: str,
+        port: int,
+        max_request_bytes: int,
+        max_threads: int,
+        enforce_session_run_timeout: bool = True,
     ) -> None:
         self._server = grpc.server(
             concurrent.futures.ThreadPoolExecutor(
@@ -187,7 +235,7 @@ class GrpcServer:
             ],
         )
         prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(
-            PredictionService(core), self._server
+            PredictionService(core, enforce_session_run_timeout), self._server
         )
         model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelService(core), self._server)
         address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -1,4 +1,4 @@
-"""Model versions: found on disk, loaded, labelled, unloaded; and the watcher that polls.
+"""Model versions: found on disk, loaded, labelled, unloaded; and the thread that polls.
 
 Each model's base path holds integer version directories. Its version policy (``latest``,
 ``all``, ``specific``) says which ones to serve; a directory without ``saved_model.pb`` is not a
@@ -15,7 +15,7 @@ import gc
 import logging
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from keras_transformer import storage
 from keras_transformer.serving.batcher import STATS_KEYS, BatchScheduler
@@ -85,6 +85,7 @@ class ModelManager:
         self._scan_lock = threading.Lock()
         self._servables: dict[int, Servable] = {}
         self._states: dict[int, VersionState] = {}
+        self._closed = False  # closed managers never load again (a scan may race a reload)
 
     @property
     def name(self) -> str:
@@ -116,6 +117,8 @@ class ModelManager:
     def scan(self) -> None:
         """Load the aspired versions that are new; unload the ones no longer aspired."""
         with self._scan_lock:
+            if self._closed:
+                return
             available = self._version_dirs()
             aspired = self._aspired(available)
             for version in aspired:
@@ -197,8 +200,7 @@ class ModelManager:
 
     def states(self, version: int | None = None) -> dict[int, VersionState]:
         """The states of all versions seen, or of one (NOT_FOUND as TF Serving says it)."""
-        with self._lock:
-            states = dict(self._states)
+        states = self.states_or_empty()
         if version is not None:
             if version not in states:
                 raise not_found(f"Could not find version {version} of model {self.name}")
@@ -206,6 +208,11 @@ class ModelManager:
         if not states:
             raise not_found(f"Could not find any versions of model {self.name}")
         return states
+
+    def states_or_empty(self) -> dict[int, VersionState]:
+        """The states of all versions seen (empty before any)."""
+        with self._lock:
+            return dict(self._states)
 
     def batching_stats(self) -> dict[str, int]:
         """The loaded batchers' counts summed (``BatchScheduler.stats``: ``batches``,
@@ -219,40 +226,49 @@ class ModelManager:
         return total
 
     def close(self) -> None:
-        """Unload every version (each waits for its requests in flight)."""
-        with self._lock:
-            servables = list(self._servables.values())
+        """Unload every version (each waits for its requests in flight); their states become
+        END, as TF Serving reports the versions of a model removed from its config."""
+        with self._scan_lock, self._lock:
+            self._closed = True
+            servables = dict(self._servables)
             self._servables.clear()
-        for servable in servables:
+            for version in servables:
+                self._states[version] = VersionState("UNLOADING")
+        for version, servable in servables.items():
             servable.close()
+            with self._lock:
+                self._states[version] = VersionState("END")
 
 
-class VersionWatcher:
-    """Scans the managers' base paths every ``interval`` seconds in a background thread
-    (``--file_system_poll_wait_seconds``; ``interval <= 0`` starts no thread)."""
+class Poller:
+    """Calls ``action`` every ``interval`` seconds in a background thread until stopped
+    (``interval <= 0`` starts no thread); an exception is logged and the next call made.
 
-    def __init__(self, managers: Iterable[ModelManager], interval: float) -> None:
-        self._managers = list(managers)
+    Args:
+        action: what to do each interval (a scan of the base paths, a config file reload).
+        interval: seconds between calls (``--file_system_poll_wait_seconds``,
+            ``--model_config_file_poll_wait_seconds``).
+        name: the thread's name, also in the log line of a failed call.
+    """
+
+    def __init__(self, action: Callable[[], None], interval: float, name: str) -> None:
+        self._action = action
         self._interval = float(interval)
+        self._name = name
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def scan(self) -> None:
-        """Scan every base path now."""
-        for manager in self._managers:
-            manager.scan()
-
     def start(self) -> None:
         if self._interval > 0:
-            self._thread = threading.Thread(target=self._run, name="version-poll", daemon=True)
+            self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
             self._thread.start()
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval):
             try:
-                self.scan()
+                self._action()
             except Exception:
-                logger.exception("version poll failed")
+                logger.exception("%s failed", self._name)
 
     def stop(self) -> None:
         self._stop.set()

@@ -117,11 +117,13 @@ def _too_large(limit: int, size: int | None = None) -> ServingStatusError:
 
 
 class RestApp:
-    """The request handlers: JSON in, JSON out, over a :class:`ServerCore`."""
+    """The request handlers: JSON in, JSON out, over a :class:`ServerCore`; ``timeout_ms`` is
+    every session run's timeout (``--rest_api_timeout_in_ms``; 0: none)."""
 
-    def __init__(self, core: ServerCore, max_request_bytes: int) -> None:
+    def __init__(self, core: ServerCore, max_request_bytes: int, timeout_ms: int = 0) -> None:
         self.core = core
         self.max_request_bytes = int(max_request_bytes)
+        self.timeout_ms = int(timeout_ms)
 
     def predict(self, name: str, version: int | None, label: str | None, body: bytes) -> dict:
         request = parse_json_request(body)
@@ -132,7 +134,9 @@ class RestApp:
             arrays, row_format = decode_predict_request(
                 request, dict(signature.inputs), signature_name
             )
-            outputs = self.core.predict(servable, signature_name, arrays)
+            outputs = self.core.predict(
+                servable, signature_name, arrays, timeout_ms=self.timeout_ms
+            )
         finally:
             servable.release()
         return make_predict_response(outputs, row_format)
@@ -167,7 +171,7 @@ class RestApp:
                         f"{verb} is not implemented by the development stand-in server",
                     )
                 return self.predict(*_spec(name, version, label), body)
-        elif method in ("GET", "HEAD"):
+        elif method == "GET":  # HEAD, PUT, ...: "Malformed request", as TF Serving answers
             m = _STATUS_RE.fullmatch(path)
             if m:
                 name, version, label, metadata = m.groups()
@@ -210,6 +214,8 @@ class RestServer:
         num_threads: request threads (``--rest_api_num_threads``).
         shutdown_timeout: seconds :meth:`stop` waits for requests in flight.
         metrics_path: where the Prometheus page is served (None: nowhere).
+        timeout_ms: each request's session-run timeout (``--rest_api_timeout_in_ms``; 0:
+            none).
     """
 
     def __init__(
@@ -221,8 +227,9 @@ class RestServer:
         num_threads: int = 8,
         shutdown_timeout: float = 60.0,
         metrics_path: str | None = None,
+        timeout_ms: int = 0,
     ) -> None:
-        self.app = RestApp(core, max_request_bytes)
+        self.app = RestApp(core, max_request_bytes, timeout_ms)
         self.metrics_path = metrics_path
         self.host = host
         self._requested_port = port

@@ -38,13 +38,11 @@ class SessionOptions:
     Args:
         intra_op_threads: ``--tensorflow_intra_op_parallelism`` (0: TensorFlow's choice).
         inter_op_threads: ``--tensorflow_inter_op_parallelism`` (0: TensorFlow's choice).
-        run_timeout_ms: the session-run timeout (``--rest_api_timeout_in_ms``; 0: none).
         xla_compilation_enabled: ``--xla_cpu_compilation_enabled``.
     """
 
     intra_op_threads: int = 0
     inter_op_threads: int = 0
-    run_timeout_ms: int = 0
     xla_compilation_enabled: bool = False
 
 
@@ -108,11 +106,7 @@ class Servable:
         )
         self._graph = tf.Graph()
         self._session = tf.compat.v1.Session(graph=self._graph, config=config)
-        self._run_options = (
-            tf.compat.v1.RunOptions(timeout_in_ms=options.run_timeout_ms)
-            if options.run_timeout_ms
-            else None
-        )
+        self._run_options = tf.compat.v1.RunOptions
         try:
             with self._graph.as_default(), silence_tf_deprecation():
                 self.meta_graph_def = tf.compat.v1.saved_model.loader.load(
@@ -195,13 +189,16 @@ class Servable:
         signature_name: str,
         arrays: Mapping[str, np.ndarray],
         output_aliases: Sequence[str] | None = None,
+        timeout_ms: int = 0,
     ) -> dict[str, np.ndarray]:
-        """One session run of a signature on named arrays (checked with :meth:`prepare`)."""
+        """One session run of a signature on named arrays (checked with :meth:`prepare`);
+        ``timeout_ms > 0`` ends it with DEADLINE_EXCEEDED after that long (``RunOptions``)."""
         signature, outputs = self.prepare(signature_name, arrays, output_aliases or ())
         feeds = {signature.inputs[alias].name: arrays[alias] for alias in arrays}
         fetches = {alias: signature.outputs[alias].name for alias in outputs}
+        options = self._run_options(timeout_in_ms=timeout_ms) if timeout_ms > 0 else None
         try:
-            result = self._session.run(fetches, feed_dict=feeds, options=self._run_options)
+            result = self._session.run(fetches, feed_dict=feeds, options=options)
         except self._op_error as e:
             # The C++ server answers the bare status message, without Python's prefix.
             message = re.sub(r"^Graph execution error:\s*", "", e.message)
@@ -215,15 +212,18 @@ class Servable:
         signature_name: str,
         arrays: Mapping[str, np.ndarray],
         output_filter: Sequence[str] = (),
+        timeout_ms: int = 0,
     ) -> dict[str, np.ndarray]:
         """Run a request, through the batcher when there is one (then every request goes
-        through it, as with TF Serving's ``--enable_batching``)."""
+        through it, as with TF Serving's ``--enable_batching``); ``timeout_ms`` (0: none) is the
+        request's session-run timeout: REST's ``--rest_api_timeout_in_ms``, gRPC's client
+        deadline."""
         signature_name = signature_name or DEFAULT_SIGNATURE
         self.prepare(signature_name, arrays, output_filter)
         if self.batcher is not None:
-            outputs = self.batcher.submit(signature_name, arrays)
+            outputs = self.batcher.submit(signature_name, arrays, timeout_ms)
             return {k: outputs[k] for k in (output_filter or outputs)}
-        return self.run(signature_name, arrays, output_filter)
+        return self.run(signature_name, arrays, output_filter, timeout_ms)
 
     def close(self, wait_seconds: float = 60.0) -> None:
         """Wait for the requests in flight (at most ``wait_seconds``), then close."""

@@ -73,6 +73,8 @@ class ServingServer:
         grpc_threads: int = DEFAULT_THREADS,
         shutdown_seconds: float = DEFAULT_SHUTDOWN_SECONDS,
         metrics_path: str | None = None,
+        rest_api_timeout_ms: int = 0,
+        enforce_session_run_timeout: bool = True,
     ) -> None:
         if rest_port is None and grpc_port is None:
             raise ValueError("Enable at least one of REST (rest_port) and gRPC (grpc_port)")
@@ -90,20 +92,28 @@ class ServingServer:
                 rest_threads,
                 shutdown_seconds,
                 metrics_path,
+                rest_api_timeout_ms,
             )
             if rest_port is not None
             else None
         )
-        self._grpc_options = (grpc_port, max_request_bytes, grpc_threads)
+        self._grpc_options = (
+            grpc_port,
+            max_request_bytes,
+            grpc_threads,
+            enforce_session_run_timeout,
+        )
         self._grpc: GrpcServer | None = None
         self.metrics_path = metrics_path if rest_port is not None else None
 
     def start(self) -> ServingServer:
         """Load the current versions (synchronously), then listen."""
         self.core.start()
-        grpc_port, max_bytes, grpc_threads = self._grpc_options
+        grpc_port, max_bytes, grpc_threads, enforce_timeout = self._grpc_options
         if grpc_port is not None:
-            self._grpc = GrpcServer(self.core, self.host, grpc_port, max_bytes, grpc_threads)
+            self._grpc = GrpcServer(
+                self.core, self.host, grpc_port, max_bytes, grpc_threads, enforce_timeout
+            )
             self._grpc.start()
             logger.info("Running gRPC ModelServer at %s:%d ...", self.host, self._grpc.port)
         if self._rest is not None:
@@ -159,6 +169,10 @@ class ServingServer:
         """Scan every base path now (what the background poll does each interval)."""
         self.core.refresh()
 
+    def reload_config_file(self, path: str | os.PathLike[str]) -> None:
+        """Reload a ``--model_config_file`` now (what the config poll does each interval)."""
+        self.core.reload_config_file(path)
+
     def batching_stats(self, name: str) -> dict[str, int]:
         """How many merged session runs answered how many requests (``--enable_batching``)."""
         return self.core.batching_stats(name)
@@ -175,6 +189,7 @@ def start_server(
     port: int | None = 0,
     grpc_port: int | None = 0,
     poll_interval: float = DEFAULT_POLL_SECONDS,
+    config_poll_interval: float = 0.0,
     enable_batching: bool = False,
     batching_parameters: BatchOptions | str | os.PathLike[str] | None = None,
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
@@ -184,6 +199,8 @@ def start_server(
     grpc_threads: int = DEFAULT_THREADS,
     shutdown_seconds: float = DEFAULT_SHUTDOWN_SECONDS,
     monitoring_config_file: str | os.PathLike[str] | None = None,
+    rest_api_timeout_ms: int = 0,
+    enforce_session_run_timeout: bool = True,
 ) -> ServingServer:
     """Load the models and start serving; returns the running :class:`ServingServer`.
 
@@ -199,6 +216,10 @@ def start_server(
         port: REST port (0: a free one; None: no REST).
         grpc_port: gRPC port (0: a free one; None: no gRPC).
         poll_interval: seconds between scans for new versions (<= 0: load once).
+        config_poll_interval: seconds between reloads of ``model_config_file``
+            (``--model_config_file_poll_wait_seconds``; <= 0: never). A reload applies TF
+            Serving's rules (``ServerCore.reload_config``); a refused one is logged and the
+            server keeps its config.
         enable_batching: merge concurrent requests (``--enable_batching``).
         batching_parameters: :class:`BatchOptions` or the path of a ``batching.config``; only
             with ``enable_batching``, as in TF Serving.
@@ -212,6 +233,10 @@ def start_server(
             enable: true }`` the metrics page is served on the REST port at its ``path``
             (``/monitoring/prometheus/metrics`` by default). Read only when REST is served,
             as TF Serving reads it only when it starts its HTTP server (``server.cc``).
+        rest_api_timeout_ms: each REST request's session-run timeout
+            (``--rest_api_timeout_in_ms``; 0: none). It does not apply to gRPC.
+        enforce_session_run_timeout: gRPC session runs end at the client's deadline
+            (``--enforce_session_run_timeout``, TF Serving's default true).
 
     Returns:
         The started server.
@@ -250,7 +275,16 @@ def start_server(
     metrics_path = None
     if monitoring_config_file is not None and port is not None:
         metrics_path = load_monitoring_config(monitoring_config_file)
-    core = ServerCore(configs, session_options, batching, poll_interval, max_request_batch_size)
+    core = ServerCore(
+        configs,
+        session_options,
+        batching,
+        poll_interval,
+        max_request_batch_size,
+        allow_version_labels_for_unavailable_models=allow_version_labels_for_unavailable_models,
+        config_file=model_config_file,
+        config_poll_interval=config_poll_interval,
+    )
     server = ServingServer(
         core,
         host=host,
@@ -261,6 +295,8 @@ def start_server(
         grpc_threads=grpc_threads,
         shutdown_seconds=shutdown_seconds,
         metrics_path=metrics_path,
+        rest_api_timeout_ms=rest_api_timeout_ms,
+        enforce_session_run_timeout=enforce_session_run_timeout,
     )
     try:
         return server.start()
