@@ -118,6 +118,13 @@ class ServerCore:
             )
         return servable.predict(signature_name or DEFAULT_SIGNATURE, arrays, output_filter)
 
+    def classify(self, servable: Servable, request: Any) -> Any:
+        """Run a ``ClassificationRequest`` on an acquired servable (``classifier.py``, after
+        TF Serving's ``RunClassify``): the ``ClassificationResponse``."""
+        from keras_transformer.serving.classifier import run_classify
+
+        return run_classify(servable, request, self.predict)
+
     def status(self, name: str, version: int | None = None, label: str | None = None) -> Any:
         """``GetModelStatusResponse`` for a model, one of its versions, or a label."""
         from tensorflow_serving.apis import get_model_status_pb2

@@ -2,10 +2,11 @@
 
 The servicers implement the generated bases of ``tensorflow-serving-api``
 (``prediction_service_pb2_grpc``, ``model_service_pb2_grpc``), so a client written for
-TF Serving works unchanged: ``Predict``, ``GetModelMetadata`` and ``GetModelStatus`` answer
-with TF Serving's messages and status codes (``prediction_service_impl.cc``,
-``predict_util.cc``, ``get_model_metadata_impl.cc``, ``get_model_status_impl.cc``); the other
-methods answer UNIMPLEMENTED. Outputs are written into the typed value fields
+TF Serving works unchanged: ``Predict``, ``Classify`` (``classifier.py``),
+``GetModelMetadata`` and ``GetModelStatus`` answer with TF Serving's messages and status codes
+(``prediction_service_impl.cc``, ``predict_util.cc``, ``classification_service.cc``,
+``get_model_metadata_impl.cc``, ``get_model_status_impl.cc``); the other methods (``Regress``,
+``MultiInference``) answer UNIMPLEMENTED. Outputs are written into the typed value fields
 (``string_val``, ``float_val``, ...), as TF Serving does by default.
 """
 
@@ -93,7 +94,8 @@ def _abort(context: grpc.ServicerContext, error: ServingStatusError) -> None:
 
 
 class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
-    """``tensorflow.serving.PredictionService``: ``Predict`` and ``GetModelMetadata``."""
+    """``tensorflow.serving.PredictionService``: ``Predict``, ``Classify`` and
+    ``GetModelMetadata``."""
 
     def __init__(self, core: ServerCore) -> None:
         self.core = core
@@ -121,6 +123,18 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
             for alias, array in outputs.items():
                 response.outputs[alias].CopyFrom(array_to_tensor_proto(array))
             return response
+        except ServingStatusError as e:
+            _abort(context, e)
+
+    def Classify(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
+        try:
+            if not request.HasField("model_spec"):
+                raise invalid("Missing ModelSpec")
+            servable = self.core.servable(*_spec(request.model_spec))
+            try:
+                return self.core.classify(servable, request)
+            finally:
+                servable.release()
         except ServingStatusError as e:
             _abort(context, e)
 
