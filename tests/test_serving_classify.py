@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import shutil
 import urllib.error
 import urllib.request
@@ -70,7 +71,7 @@ def export(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(export):
-    with start_server(export.rsplit("/", 1)[0], NAME, poll_interval=0) as srv:
+    with start_server(os.path.dirname(export), NAME, poll_interval=0) as srv:
         yield srv
 
 
@@ -78,7 +79,7 @@ def server(export):
 def checking_server(export):
     """A server with `--enable_signature_method_name_check`."""
     options = SessionOptions(signature_method_name_check=True)
-    base = export.rsplit("/", 1)[0]
+    base = os.path.dirname(export)
     with start_server(base, NAME, poll_interval=0, session_options=options) as srv:
         yield srv
 
