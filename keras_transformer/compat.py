@@ -42,6 +42,7 @@ PRIVATE_SYMBOLS: tuple[tuple[str, str], ...] = (
     ("tensorflow.python.util.deprecation", "silence"),
     ("tensorflow.python.client.pywrap_tf_session", "TF_GetAllOpList"),
     ("tensorflow.python.framework.kernels", "get_registered_kernels_for_op"),
+    ("tensorflow.python.saved_model.fingerprinting_utils", "write_fingerprint"),
 )
 # Attributes that exist on instances only, checked on a compiled model by the test.
 _INSTANCE_ATTRIBUTES = {
@@ -224,6 +225,15 @@ def silence_tf_deprecation():
         return deprecation.silence()
     except (ImportError, AttributeError):  # pragma: no cover - checked by the tests
         return contextlib.nullcontext()
+
+
+def write_saved_model_fingerprint(export_dir: str) -> None:
+    """Rewrites a SavedModel's `fingerprint.pb` from its `saved_model.pb` (what
+    `tf.saved_model.save` does last, `fingerprinting_utils.write_fingerprint`; TF has no
+    public API for it), after an edit of `saved_model.pb` left the old checksums stale."""
+    from tensorflow.python.saved_model import fingerprinting_utils
+
+    fingerprinting_utils.write_fingerprint(export_dir)
 
 
 def registered_op_names() -> set[str]:

@@ -16,7 +16,10 @@
 The signatures are the task's (`keras_transformer.tasks.Task.serving_endpoints`, listed in
 each task module's docstring: `tasks/translation.py` for a translator's `serving_default`,
 `translate_nbest`, `tokenize`, `detokenize`); `assets.extra/export_info.json` records them
-with the task's settings (`Task.export_info`: decoding, labels, the architecture).
+with the task's settings (`Task.export_info`: decoding, labels, the architecture). TF2 writes
+every signature with method name `tensorflow/serving/predict`; the ones a task names
+otherwise (`Task.signature_methods`: the classifier's `classification`, for TF Serving's
+Classify API) are rewritten after the save with TF's `MethodNameUpdater`.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import keras
@@ -113,6 +116,7 @@ def export_predictor(
         version,
         track=task.export_track(predictor),
         endpoints=task.serving_endpoints(predictor),
+        method_names=task.signature_methods(),
         info=task.export_info(predictor),
         check_ops=check_ops,
         allowed_ops=allowed_ops,
@@ -171,6 +175,7 @@ def publish_saved_model(
     track: Iterable,
     endpoints: dict[str, tf.types.experimental.GenericFunction],
     info: dict,
+    method_names: Mapping[str, str] | None = None,
     check_ops: bool = True,
     allowed_ops: Iterable[str] | None = None,
     copy_file: Callable[[str, str], None] = storage.copy_file,
@@ -196,6 +201,8 @@ def publish_saved_model(
         track: the resources the endpoints use.
         endpoints: signature name -> `tf.function` with an input signature.
         info: what `export_info.json` says about the model and its settings.
+        method_names: signature name -> SignatureDef method name, for the endpoints that
+            are not `tensorflow/serving/predict` (`Task.signature_methods`).
         check_ops: refuse ops that TF Serving does not ship, and XLA.
         allowed_ops: the allow-list for that check; defaults to the packaged one.
         copy_file: `copy_file(local_file, destination_file)`, what copies each file to an
@@ -214,6 +221,12 @@ def publish_saved_model(
         version = next_version(model_dir)
     check_positive_int("version", version)
     final_dir = os.path.join(model_dir, str(version))
+    unknown = sorted(set(method_names or {}) - set(endpoints))
+    if unknown:
+        raise ValueError(
+            f"Received method names for signatures {unknown}, which are not endpoints; "
+            f"expected some of {sorted(endpoints)}."
+        )
     if storage.exists(final_dir):
         raise ValueError(
             f"Received version={version}, but {final_dir!r} already exists; expected a new "
@@ -239,6 +252,8 @@ def publish_saved_model(
             fn.get_concrete_function()  # trace now: a ready tf.function keeps autograph
             archive.add_endpoint(name, fn)
         archive.write_out(tmp_dir, verbose=False)
+        if method_names:
+            _set_method_names(tmp_dir, method_names)
         _write_export_info(tmp_dir, version, list(endpoints), info)
         if check_ops:
             from keras_transformer.serving.ops import check_serving_ops
@@ -259,6 +274,19 @@ def publish_saved_model(
         shutil.rmtree(staging, ignore_errors=True)  # always a local folder
     logger.info("Exported version %d of %r to %s", version, model_name, final_dir)
     return final_dir
+
+
+def _set_method_names(export_dir: str, method_names: Mapping[str, str]) -> None:
+    """Sets signatures' `method_name` in a written SavedModel (`tf.saved_model.save` writes
+    `tensorflow/serving/predict` for all, tensorflow/tensorflow#38081), then rewrites its
+    `fingerprint.pb`, whose checksums cover `saved_model.pb`."""
+    from keras_transformer.compat import write_saved_model_fingerprint
+
+    updater = tf.compat.v1.saved_model.signature_def_utils.MethodNameUpdater(export_dir)
+    for name, method_name in method_names.items():
+        updater.replace_method_name(signature_key=name, method_name=method_name)
+    updater.save()
+    write_saved_model_fingerprint(export_dir)
 
 
 def _write_export_info(export_dir: str, version: int, signatures: list[str], info: dict) -> None:

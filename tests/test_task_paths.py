@@ -16,6 +16,7 @@ from keras_transformer.runner import evaluate_run, train
 from keras_transformer.serving.client import ServingClient
 from keras_transformer.serving.server import start_server
 from keras_transformer.tasks import task_class
+from keras_transformer.tasks.classification import CLASSIFY_SIGNATURE, text_example
 
 # A model's stack sizes under the keys its task reads.
 LAYERS = {
@@ -119,6 +120,8 @@ def test_each_task_predicts_strings_and_serves_the_same_answers(runs, served):
         for name, function in endpoints.items():
             spec = function.input_signature[0]
             inputs = TEXTS if spec.dtype == tf.string else [[5, 6, 7], [8, 9, 0]]
+            if name == CLASSIFY_SIGNATURE:  # serialized tf.Examples (TF Serving's Classify API)
+                inputs = [text_example(text) for text in TEXTS]
             expected = {k: v.numpy() for k, v in function(tf.constant(inputs, spec.dtype)).items()}
             # REST sends JSON numbers, which the server reads as the signature's dtype; a
             # gRPC client sends typed tensors.

@@ -134,6 +134,11 @@ def build_arg_parser(p: argparse.ArgumentParser | None = None) -> argparse.Argum
     p.add_argument("--tensorflow_inter_op_parallelism", type=int, default=0)
     _bool_flag(
         p,
+        "--enable_signature_method_name_check",
+        "a signature must have its API's method_name (TF Serving's flag; default false)",
+    )
+    _bool_flag(
+        p,
         "--xla_cpu_compilation_enabled",
         "allow graphs that need XLA compilation (TF Serving's flag; default false)",
     )
@@ -196,6 +201,7 @@ def run_from_args(args: argparse.Namespace) -> int:
                 intra_op_threads=args.tensorflow_intra_op_parallelism,
                 inter_op_threads=args.tensorflow_inter_op_parallelism,
                 xla_compilation_enabled=args.xla_cpu_compilation_enabled,
+                signature_method_name_check=args.enable_signature_method_name_check,
             ),
             rest_threads=args.rest_api_num_threads,
             grpc_threads=args.grpc_max_threads,

@@ -46,7 +46,7 @@ def json_str(value: Any, limit: int = 200) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def _json_type(value: Any) -> str:
+def json_type(value: Any) -> str:
     if value is None:
         return "Null"
     if value is True:
@@ -64,16 +64,16 @@ def _json_type(value: Any) -> str:
 
 def _type_error(value: Any, dtype: int) -> ServingStatusError:
     return invalid(
-        f"JSON Value: {json_str(value)} Type: {_json_type(value)} is not of expected type: "
+        f"JSON Value: {json_str(value)} Type: {json_type(value)} is not of expected type: "
         f"{_dtype_name(dtype)}"
     )
 
 
-def _is_b64(value: Any) -> bool:
+def is_b64(value: Any) -> bool:
     return isinstance(value, dict) and len(value) == 1 and isinstance(value.get(_B64_KEY), str)
 
 
-def _b64decode(value: dict) -> bytes:
+def b64decode(value: dict) -> bytes:
     # absl::Base64Unescape accepts missing padding; web-safe characters are accepted here too.
     text = "".join(value[_B64_KEY].split()).replace("-", "+").replace("_", "/")
     try:
@@ -117,11 +117,11 @@ def _leaf_value(value: Any, dtype: int) -> Any:
             except UnicodeEncodeError:
                 raise invalid(f"JSON Value: {json_str(value)} is not valid UTF-8") from None
         if isinstance(value, dict):
-            if not _is_b64(value):
+            if not is_b64(value):
                 raise invalid(
                     f"JSON Value: {json_str(value)} not formatted correctly for base64 data"
                 )
-            return _b64decode(value)
+            return b64decode(value)
         raise _type_error(value, dtype)
     if name in _FLOAT_LIMITS or name == "DT_HALF":
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -207,7 +207,7 @@ def _instances_to_arrays(instances: Any, input_infos: Mapping[str, Any]) -> dict
     names = sorted(input_infos)
 
     def is_object(v: Any) -> bool:
-        return isinstance(v, dict) and not _is_b64(v)
+        return isinstance(v, dict) and not is_b64(v)
 
     if not isinstance(instances[0], dict) and len(names) > 1:
         raise invalid(
@@ -270,7 +270,7 @@ def _instances_to_arrays(instances: Any, input_infos: Mapping[str, Any]) -> dict
 
 def _inputs_to_arrays(inputs: Any, input_infos: Mapping[str, Any]) -> dict[str, np.ndarray]:
     names = sorted(input_infos)
-    if not isinstance(inputs, dict) or _is_b64(inputs):
+    if not isinstance(inputs, dict) or is_b64(inputs):
         if len(names) > 1:
             raise invalid(
                 "inputs is a plain value/list, but expecting an object as multiple input "

@@ -215,6 +215,17 @@ class ServerCore:
         self.metrics.record_runtime(servable.name, "Predict", elapsed_usec(start))
         return outputs
 
+    def classify(self, servable: Servable, request: Any, timeout_ms: int = 0) -> Any:
+        """Run a ``ClassificationRequest`` on an acquired servable (``classifier.py``, after
+        TF Serving's ``RunClassify``): the ``ClassificationResponse``; ``timeout_ms`` as for
+        :meth:`predict`."""
+        from keras_transformer.serving.classifier import run_classify
+
+        def run(servable: Servable, signature: str, arrays: Any, outputs: Sequence[str]) -> dict:
+            return self.predict(servable, signature, arrays, outputs, timeout_ms)
+
+        return run_classify(servable, request, run)
+
     def status(self, name: str, version: int | None = None, label: str | None = None) -> Any:
         """``GetModelStatusResponse`` for a model or one of its versions; with a label (known
         or not), every version, as TF Serving answers (``get_model_status_impl.cc`` reads only

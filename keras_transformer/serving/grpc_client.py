@@ -16,6 +16,7 @@ from typing import Any
 import grpc
 import numpy as np
 from tensorflow_serving.apis import (
+    classification_pb2,
     get_model_metadata_pb2,
     get_model_status_pb2,
     model_service_pb2_grpc,
@@ -23,6 +24,11 @@ from tensorflow_serving.apis import (
     prediction_service_pb2_grpc,
 )
 
+from keras_transformer.serving.classify_codec import (
+    RESULTS_KEY,
+    fill_classification_request,
+    make_classify_response,
+)
 from keras_transformer.serving.codec import make_predict_response, message_to_dict
 from keras_transformer.serving.errors import HTTP_STATUS_FOR_CODE, ServingStatusError
 from keras_transformer.serving.grpc_service import SIGNATURE_DEF_FIELD, tensor_proto_to_array
@@ -163,6 +169,15 @@ class GrpcTransport:
         outputs = {k: tensor_proto_to_array(k, v) for k, v in response.outputs.items()}
         body = make_predict_response(outputs, row_format=not columnar)
         return body["outputs" if columnar else "predictions"]
+
+    def classify(self, body: Mapping[str, Any]) -> list:
+        """``Classify`` of a ``:classify`` JSON body; the ``results`` value."""
+        signature_name = body.get("signature_name") or ""
+        request = classification_pb2.ClassificationRequest()
+        self._spec(request.model_spec, signature_name)
+        fill_classification_request(body, signature_name, request)
+        response = self._call(self._predict.Classify, request)
+        return make_classify_response(response.result)[RESULTS_KEY]
 
     def _metadata(self) -> tuple[Any, Any]:
         request = get_model_metadata_pb2.GetModelMetadataRequest()

@@ -2,10 +2,12 @@
 
 The servicers implement the generated bases of ``tensorflow-serving-api``
 (``prediction_service_pb2_grpc``, ``model_service_pb2_grpc``), so a client written for
-TF Serving works unchanged: ``Predict``, ``GetModelMetadata`` and ``GetModelStatus`` answer
-with TF Serving's messages and status codes (``prediction_service_impl.cc``,
-``predict_util.cc``, ``get_model_metadata_impl.cc``, ``get_model_status_impl.cc``); the other
-methods answer UNIMPLEMENTED. Each method is counted in the server's metrics (``monitoring``'s
+TF Serving works unchanged: ``Predict``, ``Classify`` (``classifier.py``),
+``GetModelMetadata``, ``GetModelStatus`` and ``HandleReloadConfigRequest`` answer with TF
+Serving's messages and status codes (``prediction_service_impl.cc``, ``predict_util.cc``,
+``classification_service.cc``, ``get_model_metadata_impl.cc``, ``get_model_status_impl.cc``,
+``model_service_impl.cc``); the other methods (``Regress``, ``MultiInference``) answer
+UNIMPLEMENTED. Each method is counted in the server's metrics (``monitoring``'s
 ``counted_rpc``). Outputs are written into the typed value fields
 (``string_val``, ``float_val``, ...), as TF Serving does by default.
 """
@@ -105,7 +107,7 @@ def deadline_ms(context: grpc.ServicerContext) -> int:
 
 
 class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
-    """``tensorflow.serving.PredictionService``: ``Predict`` and ``GetModelMetadata``.
+    """``tensorflow.serving.PredictionService``: ``Predict``, ``Classify`` and ``GetModelMetadata``.
 
     Args:
         core: the models.
@@ -143,6 +145,20 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
             for alias, array in outputs.items():
                 response.outputs[alias].CopyFrom(array_to_tensor_proto(array))
             return response
+        except ServingStatusError as e:
+            _abort(context, e)
+
+    @counted_rpc("Classify", tf_serving_api="Classify")
+    def Classify(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
+        try:
+            if not request.HasField("model_spec"):
+                raise invalid("Missing ModelSpec")
+            servable = self.core.servable(*_spec(request.model_spec))
+            try:
+                timeout = deadline_ms(context) if self.enforce_session_run_timeout else 0
+                return self.core.classify(servable, request, timeout)
+            finally:
+                servable.release()
         except ServingStatusError as e:
             _abort(context, e)
 

@@ -1,7 +1,8 @@
 """TF Serving's REST API on aiohttp.
 
 Paths, methods, status codes and ``{"error": ...}`` bodies are TF Serving's
-(``http_rest_api_handler.cc``): ``POST /v1/models/NAME[/versions/N|/labels/L]:predict``,
+(``http_rest_api_handler.cc``): ``POST /v1/models/NAME[/versions/N|/labels/L]:predict``
+and ``:classify`` (``classify_codec.py``; ``:regress`` answers UNIMPLEMENTED),
 ``GET /v1/models/NAME[/versions/N|/labels/L][/metadata]``, matched case-insensitively; a wrong
 method on a ``/v1/`` path is 400 "Malformed request". aiohttp does the HTTP/1.1 (parsing,
 chunked bodies, keep-alive, the body-size cap); the work of a request (JSON, session run)
@@ -26,6 +27,10 @@ from typing import Any
 
 from aiohttp import web
 
+from keras_transformer.serving.classify_codec import (
+    fill_classification_request,
+    make_classify_response,
+)
 from keras_transformer.serving.codec import (
     decode_predict_request,
     json_str,
@@ -141,6 +146,20 @@ class RestApp:
             servable.release()
         return make_predict_response(outputs, row_format)
 
+    def classify(self, name: str, version: int | None, label: str | None, body: bytes) -> dict:
+        from tensorflow_serving.apis import classification_pb2
+
+        request_json = parse_json_request(body)
+        request = classification_pb2.ClassificationRequest()
+        request.model_spec.name = name
+        fill_classification_request(request_json, signature_name_of(request_json, ""), request)
+        servable = self.core.servable(name, version, label)
+        try:
+            response = self.core.classify(servable, request, self.timeout_ms)
+        finally:
+            servable.release()
+        return make_classify_response(response.result)
+
     def status(self, name: str, version: int | None, label: str | None) -> dict:
         return message_to_dict(self.core.status(name, version, label))
 
@@ -165,6 +184,8 @@ class RestApp:
             m = _PREDICT_RE.fullmatch(path)
             if m:
                 name, version, label, verb = m.groups()
+                if verb.lower() == "classify":
+                    return self.classify(*_spec(name, version, label), body)
                 if verb.lower() != "predict":
                     raise ServingStatusError(
                         "UNIMPLEMENTED",

@@ -39,11 +39,15 @@ class SessionOptions:
         intra_op_threads: ``--tensorflow_intra_op_parallelism`` (0: TensorFlow's choice).
         inter_op_threads: ``--tensorflow_inter_op_parallelism`` (0: TensorFlow's choice).
         xla_compilation_enabled: ``--xla_cpu_compilation_enabled``.
+        signature_method_name_check: ``--enable_signature_method_name_check``: a request's
+            signature must have its API's method name (``tensorflow/serving/classify`` for
+            Classify; one of predict, classify, regress for Predict).
     """
 
     intra_op_threads: int = 0
     inter_op_threads: int = 0
     xla_compilation_enabled: bool = False
+    signature_method_name_check: bool = False
 
 
 def is_complete_saved_model(path: str | os.PathLike[str]) -> bool:
@@ -120,6 +124,7 @@ class Servable:
             self._session.close()
             raise
         self.signatures = dict(self.meta_graph_def.signature_def)
+        self.method_name_check = options.signature_method_name_check
         self._op_error = tf.errors.OpError
         self.batcher: Any = None  # a batcher.BatchScheduler, set by the model manager
         self._in_flight = 0
@@ -162,6 +167,8 @@ class Servable:
             raise ServingStatusError(
                 "FAILED_PRECONDITION", f'Serving signature key "{signature_name}" not found.'
             )
+        if self.method_name_check:
+            _verify_method_name(signature)
         sent, wanted = set(arrays), set(signature.inputs)
         if sent != wanted:
             raise invalid(
@@ -236,6 +243,23 @@ class Servable:
             # reference counting once the manager lets go of it.
             self.batcher = None
         self._session.close()
+
+
+def _verify_method_name(signature: Any) -> None:
+    """``predict_util.cc``'s ``VerifySignature`` (``--enable_signature_method_name_check``)."""
+    import tensorflow as tf
+
+    methods = (
+        tf.saved_model.PREDICT_METHOD_NAME,
+        tf.saved_model.CLASSIFY_METHOD_NAME,
+        tf.saved_model.REGRESS_METHOD_NAME,
+    )
+    if signature.method_name not in methods:
+        raise ServingStatusError(
+            "INTERNAL",
+            f"Expected prediction signature method_name to be one of {{{', '.join(methods)}}}. "
+            f"Was: {signature.method_name}",
+        )
 
 
 def _check_dtype(position: int, alias: str, info: Any, array: np.ndarray) -> None:

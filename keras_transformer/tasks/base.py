@@ -293,6 +293,13 @@ class Task(abc.ABC):
         """The export's signatures: name -> `tf.function` with an input signature."""
 
     @classmethod
+    def signature_methods(cls) -> dict[str, str]:
+        """The export's signatures whose SignatureDef `method_name` is not the
+        `tensorflow/serving/predict` that TF2 writes for every signature (TF Serving's
+        Classify and Regress APIs look for theirs): name -> method name."""
+        return {}
+
+    @classmethod
     @abc.abstractmethod
     def export_info(cls, predictor: Any) -> dict[str, Any]:
         """What `export_info.json` records beyond the versions and signatures."""
