@@ -10,6 +10,18 @@ RECIPES = {
     "language_modeling": "tiny_shakespeare",
 }
 
+# A model and a run small enough to train in seconds: two steps, to test a path, not learning.
+TINY_TRAINING = [
+    "model.d_model=32",
+    "model.num_heads=2",
+    "model.d_ff=64",
+    "model.max_length=32",
+    "training.epochs=1",
+    "training.steps_per_epoch=2",
+    "training.warmup_steps=1",
+    "training.verbose=0",
+]
+
 
 def task_of(name, max_length, *overrides):
     """The `Task` of `name`'s packaged recipe with `max_length` (a one-tokenizer task) and

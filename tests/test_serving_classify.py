@@ -16,7 +16,7 @@ import grpc
 import numpy as np
 import pytest
 import tensorflow as tf
-from task_configs import RECIPES
+from task_configs import RECIPES, TINY_TRAINING
 from tensorflow_serving.apis import (
     classification_pb2,
     prediction_service_pb2_grpc,
@@ -56,14 +56,7 @@ def export(tmp_path_factory):
         "data.batch_size=16",
         "classification.max_length=32",
         "model.num_encoder_layers=1",
-        "model.d_model=32",
-        "model.num_heads=2",
-        "model.d_ff=64",
-        "model.max_length=32",
-        "training.epochs=1",
-        "training.steps_per_epoch=2",
-        "training.warmup_steps=1",
-        "training.verbose=0",
+        *TINY_TRAINING,
     ]
     run_dir = train(load_config(RECIPES["classification"], overrides)).paths.root
     return export_run(run_dir, str(root / "exports"))

@@ -64,6 +64,17 @@ def versions(srv, path: str = "") -> list[tuple[str, str]]:
     return [(v["version"], v["state"]) for v in body["model_version_status"]]
 
 
+def serve_labelled(config, grpc_port: int | None = 0):
+    """The stand-in on ``config``, with labels allowed for versions not yet loaded."""
+    return start_server(
+        model_config_file=config,
+        allow_version_labels_for_unavailable_models=True,
+        port=0,
+        grpc_port=grpc_port,
+        poll_interval=0,
+    )
+
+
 @pytest.fixture
 def base(exports, tmp_path):
     base = tmp_path / "toy"
@@ -75,13 +86,7 @@ def base(exports, tmp_path):
 def test_promotion_in_one_edit_is_refused_on_every_reload_and_works_in_two(base, tmp_path, caplog):
     config = tmp_path / "models.config"
     write_config(config, config_text(base, [1], {"stable": 1}))
-    with start_server(
-        model_config_file=config,
-        allow_version_labels_for_unavailable_models=True,
-        port=0,
-        grpc_port=None,
-        poll_interval=0,
-    ) as srv:
+    with serve_labelled(config, grpc_port=None) as srv:
         assert answer(srv, "/labels/stable") == "v1:A"
         assert versions(srv) == [("1", "AVAILABLE")]
         # One edit: add version 2 and move "stable" to it. TF Serving checks the labels
@@ -154,13 +159,7 @@ def test_the_config_poll_reloads_the_file(base, tmp_path):
 def test_status_by_label_lists_every_version_as_tf_serving_does(base, tmp_path):
     config = tmp_path / "models.config"
     write_config(config, config_text(base, [1, 2], {"stable": 1}))
-    with start_server(
-        model_config_file=config,
-        allow_version_labels_for_unavailable_models=True,
-        port=0,
-        grpc_port=0,
-        poll_interval=0,
-    ) as srv:
+    with serve_labelled(config) as srv:
         every = [("2", "AVAILABLE"), ("1", "AVAILABLE")]
         # GetModelStatusImpl reads only the version: a label, known or not, lists them all.
         assert versions(srv, "/labels/stable") == every
@@ -188,13 +187,7 @@ def test_handle_reload_config_request_over_grpc(base, tmp_path, exports):
     write_config(config, config_text(base, [1], {"stable": 1}))
     other = tmp_path / "other"
     shutil.copytree(exports[3], other / "3")
-    with start_server(
-        model_config_file=config,
-        allow_version_labels_for_unavailable_models=True,
-        port=0,
-        grpc_port=0,
-        poll_interval=0,
-    ) as srv:
+    with serve_labelled(config) as srv:
         stub = model_service_pb2_grpc.ModelServiceStub(grpc.insecure_channel(srv.grpc_target))
         moved = "model_config_list { " + config_text(base, [1, 2], {"stable": 2}) + " }"
         with pytest.raises(grpc.RpcError) as error:

@@ -6,7 +6,7 @@ in this process."""
 import numpy as np
 import pytest
 import tensorflow as tf
-from task_configs import RECIPES
+from task_configs import RECIPES, TINY_TRAINING
 
 from keras_transformer.config import load_config
 from keras_transformer.constants import TASKS
@@ -44,14 +44,7 @@ def _config(task, root, multi30k_dir):
         "data.vocab_size=500",
         "data.batch_size=16",
         *LAYERS[task],
-        "model.d_model=32",
-        "model.num_heads=2",
-        "model.d_ff=64",
-        "model.max_length=32",
-        "training.epochs=1",
-        "training.steps_per_epoch=2",
-        "training.warmup_steps=1",
-        "training.verbose=0",
+        *TINY_TRAINING,
     ]
     if task == "translation":
         overrides += [
