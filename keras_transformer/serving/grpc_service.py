@@ -60,8 +60,8 @@ def tensor_proto_to_array(alias: str, proto: Any) -> np.ndarray:
 
     try:
         return tf.make_ndarray(proto)
-    except (TypeError, ValueError) as e:
-        raise invalid(f"tensor parsing error: {alias} ({e})") from None
+    except (TypeError, ValueError):  # saved_model::GetInputValues' words
+        raise invalid(f"tensor parsing error: {alias}") from None
 
 
 def array_to_tensor_proto(array: np.ndarray) -> Any:
