@@ -120,8 +120,8 @@ def without_spec(make):
     return build
 
 
-def malformed_tensor():
-    request = predict()
+def malformed_tensor(signature=""):
+    request = predict(signature)
     request.inputs["sentences"].tensor_shape.dim.add(size=1)
     request.inputs["sentences"].string_val.append(b"a")  # dtype DT_INVALID
     return request
@@ -291,6 +291,12 @@ CASES = [
     case("extra_input", f"{PREDICT_UTIL} VerifyRequestInputsSize",
          rpc=Rpc("Predict", lambda: predict(sentences=[b"a"], extra=[b"x"]), "INVALID_ARGUMENT",
                  SIZE.format(2, 1, "extra,sentences", "sentences", "extra", ""))),
+    case("other_input_names", "tensorflow/cc/saved_model/util.cc GetInputValues",
+         rpc=Rpc("Predict", lambda: predict("pair", a=[b"x"], c=[b"y"]), "INVALID_ARGUMENT",
+                 "Signature input alias: b(feed name: pair_b:0) not found in request and no default value provided. "
+                 "Inputs expected to be in the request {a,c}, or default input alias set: ")),
+    case("signature_before_tensors", f"{PREDICT_UTIL} RunPredict (the signature, then GetInputValues)",
+         rpc=Rpc("Predict", lambda: malformed_tensor("nope"), "FAILED_PRECONDITION", 'Serving signature key "nope" not found.')),
     case("unknown_output_filter", f"{PREDICT_UTIL} PreProcessPrediction",
          rpc=Rpc("Predict", lambda: predict(filters=["nope"], sentences=[b"a"]), "INVALID_ARGUMENT",
                  "output tensor alias not found in signature: nope Outputs expected to be in the set {scores,translations}.")),
@@ -302,7 +308,7 @@ CASES = [
                  Sub("output tensor alias not found in signature: nope"))),
     case("float_for_string", "tensorflow/core/framework/function.cc FunctionCallFrame::SetArgs (via Session::Run)",
          rpc=Rpc("Predict", lambda: predict(sentences=[1.5]), "INVALID_ARGUMENT", "Expects arg[0] to be string but float is provided")),
-    case("malformed_tensor", "tensorflow/cc/saved_model/util.cc GetInputValues",
+    case("malformed_tensor", "tensorflow/cc/saved_model/util.cc GetInputValues (Tensor::FromProto)",
          rpc=Rpc("Predict", malformed_tensor, "INVALID_ARGUMENT", "tensor parsing error: sentences")),
     # --- status (get_model_status_impl.cc) and metadata (get_model_metadata_impl.cc) -------------
     case("status", f"{HANDLER_TEST} GetStatus",

@@ -151,6 +151,36 @@ class Servable:
             raise invalid(f'Serving signature name: "{signature_name}" not found in signature def')
         return self.signatures[signature_name]
 
+    def check_inputs(self, signature_name: str, aliases: Sequence[str]) -> Any:
+        """The request's SignatureDef, checked against the aliases of its inputs as TF
+        Serving checks them before it parses them (``RunPredict``: the signature,
+        ``VerifySignature``, ``VerifyRequestInputsSize``, then ``GetInputValues``' missing
+        alias, tensorflow/cc/saved_model/util.cc)."""
+        signature = self.signatures.get(signature_name or DEFAULT_SIGNATURE)
+        if signature is None:
+            raise ServingStatusError(
+                "FAILED_PRECONDITION", f'Serving signature key "{signature_name}" not found.'
+            )
+        if self.method_name_check:
+            _verify_method_name(signature)
+        sent, wanted = set(aliases), set(signature.inputs)
+        if len(sent) != len(wanted):
+            raise invalid(
+                f"input size does not match signature: {len(sent)}!={len(wanted)} "
+                f"len({{{','.join(sorted(sent))}}}) != len({{{','.join(sorted(wanted))}}}). "
+                f"Sent extra: {{{','.join(sorted(sent - wanted))}}}. Missing but required: "
+                f"{{{','.join(sorted(wanted - sent))}}}."
+            )
+        missing = sorted(wanted - sent)
+        if missing:
+            alias = missing[0]
+            raise invalid(
+                f"Signature input alias: {alias}(feed name: {signature.inputs[alias].name}) not "
+                "found in request and no default value provided. Inputs expected to be in the "
+                f"request {{{','.join(sorted(sent))}}}, or default input alias set: "
+            )
+        return signature
+
     def prepare(
         self,
         signature_name: str,
@@ -162,21 +192,7 @@ class Servable:
         Returns:
             ``(signature, output aliases to fetch)``.
         """
-        signature = self.signatures.get(signature_name or DEFAULT_SIGNATURE)
-        if signature is None:
-            raise ServingStatusError(
-                "FAILED_PRECONDITION", f'Serving signature key "{signature_name}" not found.'
-            )
-        if self.method_name_check:
-            _verify_method_name(signature)
-        sent, wanted = set(arrays), set(signature.inputs)
-        if sent != wanted:
-            raise invalid(
-                f"input size does not match signature: {len(sent)}!={len(wanted)} "
-                f"len({{{','.join(sorted(sent))}}}) != len({{{','.join(sorted(wanted))}}}). "
-                f"Sent extra: {{{','.join(sorted(sent - wanted))}}}. Missing but required: "
-                f"{{{','.join(sorted(wanted - sent))}}}."
-            )
+        signature = self.check_inputs(signature_name, list(arrays))
         # The output filter, alias by alias (PreProcessPrediction), before the session run's
         # feed checks.
         seen: set[str] = set()
