@@ -57,7 +57,8 @@ class Rest:
     body: Any  # JSON-encoded unless bytes or None
     status: int
     answer: Any  # a dict (the body), a str / Sub (the "error"), or b"" (an empty body)
-    headers: tuple[tuple[str, str], ...] = ()
+    headers: tuple[tuple[str, str], ...] = ()  # the request's
+    reply_headers: tuple[tuple[str, str], ...] = ()  # some of the answer's
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,6 +138,12 @@ def pretty(value) -> str:
 
 
 P = "/v1/models/toy:predict"
+# AddCORSHeaders (http_rest_api_util.cc), on every answer with --rest_api_enable_cors_support.
+CORS = (
+    ("Access-Control-Allow-Origin", "*"),
+    ("Access-Control-Allow-Methods", "POST, GET"),
+    ("Access-Control-Allow-Headers", "Content-Type"),
+)
 AB = {"predictions": [{"scores": 0.2, "translations": "AB"}]}
 AB_GRPC = {
     "model_spec": {"name": "toy", "version": "1", "signature_name": "serving_default"},
@@ -197,7 +204,7 @@ CASES = [
     case("missing_model_name", f"{HANDLER_TEST} UnsupportedApiCalls",
          Rest("GET", "/v1/models", None, 400, "Missing model name in request.")),
     case("cors_preflight", "model_servers/http_server.cc RestApiRequestDispatcher::ProcessRequest",
-         Rest("OPTIONS", P, None, 200, b"", (("Origin", "http://example.com"),))),
+         Rest("OPTIONS", P, None, 200, b"", (("Origin", "http://example.com"),), CORS)),
     case("cors_preflight_without_origin", "model_servers/http_server.cc RestApiRequestDispatcher::ProcessRequest",
          Rest("OPTIONS", P, None, 400, b"")),
     # --- model, version and label ------------------------------------------------------------
@@ -367,6 +374,7 @@ def server(tmp_path_factory):
         port=0,
         grpc_port=0,
         poll_interval=0,
+        rest_api_enable_cors_support=True,
     ) as srv:
         yield srv
 
@@ -385,16 +393,16 @@ def stubs(server):
     channel.close()
 
 
-def http(url: str, rest: Rest) -> tuple[int, bytes]:
+def http(url: str, rest: Rest) -> tuple[int, bytes, Any]:
     body = rest.body
     if body is not None and not isinstance(body, bytes):
         body = json.dumps(body).encode("utf-8")
     request = urllib.request.Request(url, data=body, method=rest.method, headers=dict(rest.headers))
     try:
         with urllib.request.urlopen(request, timeout=30) as reply:
-            return reply.status, reply.read()
+            return reply.status, reply.read(), reply.headers
     except urllib.error.HTTPError as e:
-        return e.code, e.read()
+        return e.code, e.read(), e.headers
 
 
 def check_message(got: str, expected: Any) -> None:
@@ -408,8 +416,9 @@ def check_message(got: str, expected: Any) -> None:
 def test_stand_in_answers_as_tf_serving(server, stubs, rest, rpc, cite):
     """Each case is what TF Serving answers, as ``cite`` (its source or test) says."""
     if rest is not None:
-        status, data = http(server.url + rest.path, rest)
+        status, data, headers = http(server.url + rest.path, rest)
         assert status == rest.status, (cite, data)
+        assert [(k, headers.get(k)) for k, _ in rest.reply_headers] == list(rest.reply_headers)
         if rest.answer == b"":
             assert data == b""
         elif isinstance(rest.answer, dict):

@@ -62,6 +62,12 @@ _RAPIDJSON_ERROR = re.compile(r"Parse error at offset (\d+): (.*)", re.DOTALL)
 _NOT_SINGULAR = "The document root must not be followed by other values."
 _INT64_MAX = 2**63 - 1
 _CORS_ORIGIN = re.compile(r"https?://")
+# http_rest_api_util.cc's AddCORSHeaders (with --rest_api_enable_cors_support).
+CORS_HEADERS = {
+    "Access-Control-Allow-Origin": "*",
+    "Access-Control-Allow-Methods": "POST, GET",
+    "Access-Control-Allow-Headers": "Content-Type",
+}
 _API_OF_VERB = {"classify": "Classify", "regress": "Regress", "predict": "Predict"}
 
 
@@ -276,6 +282,8 @@ class RestServer:
         metrics_path: where the Prometheus page is served (None: nowhere).
         timeout_ms: each request's session-run timeout (``--rest_api_timeout_in_ms``; 0:
             none).
+        cors: add CORS headers to the answers under ``/v1/``
+            (``--rest_api_enable_cors_support``).
     """
 
     def __init__(
@@ -288,8 +296,10 @@ class RestServer:
         shutdown_timeout: float = 60.0,
         metrics_path: str | None = None,
         timeout_ms: int = 0,
+        cors: bool = False,
     ) -> None:
         self.app = RestApp(core, max_request_bytes, timeout_ms)
+        self.cors = cors
         self.metrics_path = metrics_path
         self.host = host
         self._requested_port = port
@@ -321,7 +331,10 @@ class RestServer:
         status, data = await loop.run_in_executor(
             self._executor, self.app.answer, method, path, body, origin
         )
-        return web.Response(status=status, body=data, content_type="application/json")
+        headers = CORS_HEADERS if self.cors and _V1_RE.fullmatch(path) else None
+        return web.Response(
+            status=status, body=data, content_type="application/json", headers=headers
+        )
 
     @staticmethod
     def _response(status: int, payload: dict) -> web.Response:
