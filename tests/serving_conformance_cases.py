@@ -231,6 +231,8 @@ CASES = [
     # --- JSON parsing (json_tensor.cc ParseJson: rapidjson, kParseStopWhenDoneFlag) ------------
     case("empty_body", f"{HANDLER_TEST} PredictRequestErrors",
          Rest("POST", P, b"", 400, "JSON Parse error: The document is empty")),
+    case("blank_body", f"{JSON} ParseJson (only an empty body is checked before rapidjson)",
+         Rest("POST", P, b"  ", 400, "JSON Parse error: The document is empty. at offset: 2")),
     case("not_json", f"{HANDLER_TEST} PredictRequestErrors",
          Rest("POST", P, b"instances = [1, 2]", 400, "JSON Parse error: Invalid value. at offset: 0")),
     case("truncated_json", f"{JSON} ParseJson (rapidjson's GetParseError_En)",
@@ -326,8 +328,6 @@ CASES = [
          Rest("GET", "/v1/models/toy", None, 200, STATUS), Rpc("GetModelStatus", status, "OK", STATUS_GRPC)),
     case("status_of_version", f"{HANDLER_TEST} GetStatus",
          Rest("GET", "/v1/models/toy/versions/1", None, 200, STATUS), Rpc("GetModelStatus", lambda: status(version=1), "OK", STATUS_GRPC)),
-    case("status_by_label", f"{HANDLER_TEST} GetStatus; {STATUS_IMPL} (reads only the version)",
-         Rest("GET", "/v1/models/toy/labels/stable", None, 200, STATUS), Rpc("GetModelStatus", lambda: status(label="stable"), "OK", STATUS_GRPC)),
     case("status_unknown_model", STATUS_IMPL,
          Rest("GET", "/v1/models/nope", None, 404, "Could not find any versions of model nope"),
          Rpc("GetModelStatus", lambda: status("nope"), "NOT_FOUND", "Could not find any versions of model nope")),

@@ -173,7 +173,7 @@ def _scalar():
     return request
 
 
-# What the conformance table (test_serving_conformance.py) does not hold, over gRPC: the
+# What the conformance table (serving_conformance_cases.py) does not hold, over gRPC: the
 # stand-in's own limits and errors the graph raises: (request, status code, message fragment).
 BAD_PREDICTS = {
     "wrong_rank": (_scalar, "INVALID_ARGUMENT", "shape"),

@@ -177,7 +177,7 @@ def test_metadata_endpoint(server):
 
 # --- bad requests ------------------------------------------------------------------------------
 
-# What the conformance table (test_serving_conformance.py) does not hold: the stand-in's own
+# What the conformance table (serving_conformance_cases.py) does not hold: the stand-in's own
 # limits and answers, and errors the graph raises.
 BAD_REQUESTS = {
     "invalid_utf8_body": ("POST", "", b'{"instances": ["\xff"]}', 400, "encoding"),
