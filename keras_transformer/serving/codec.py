@@ -88,8 +88,9 @@ def is_b64(value: Any) -> bool:
 
 
 def b64decode(value: dict) -> bytes:
-    # absl::Base64Unescape accepts missing padding; web-safe characters are accepted here too.
-    text = "".join(value[_B64_KEY].split()).replace("-", "+").replace("_", "/")
+    # absl::Base64Unescape (absl/strings/escaping.cc): the standard alphabet only (not the
+    # web-safe "-" and "_"), whitespace skipped, padding optional.
+    text = "".join(value[_B64_KEY].split())
     try:
         return base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
     except (binascii.Error, ValueError):
