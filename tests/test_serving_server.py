@@ -694,6 +694,12 @@ def test_string_outputs_utf8_or_base64():
     }
     with pytest.raises(ServingStatusError, match="inconsistent batch size"):
         make_predict_response({"a": np.zeros([2]), "b": np.zeros([3])}, row_format=True)
+    # Output dtypes json_tensor.cc does not write (json_tensor_test.cc: "tensor type:
+    # complex64"; AddSingleValueAndAdvance has no half or uint16 either).
+    for dtype, name in [(np.complex64, "complex64"), (np.float16, "half"), (np.uint16, "uint16")]:
+        with pytest.raises(ServingStatusError) as e:
+            make_predict_response({"a": np.zeros([2], dtype)}, row_format=True)
+        assert e.value.message == f"Failed to write JSON value for tensor type: {name}"
 
 
 def test_json_to_array_type_rules():

@@ -297,6 +297,24 @@ def _inputs_to_arrays(inputs: Any, input_infos: Mapping[str, Any]) -> dict[str, 
     return arrays
 
 
+# The output dtypes json_tensor.cc's AddSingleValueAndAdvance writes (besides float and
+# string); half, uint16, complex, ... are "Failed to write JSON value for tensor type: ...".
+_JSON_WRITABLE = tuple(
+    np.dtype(t)
+    for t in (
+        np.float64,
+        np.int8,
+        np.int16,
+        np.int32,
+        np.int64,
+        np.uint8,
+        np.uint32,
+        np.uint64,
+        np.bool_,
+    )
+)
+
+
 def _float_list(array: np.ndarray) -> Any:
     # Shortest repr that round-trips in the tensor's own precision (as TF Serving writes them).
     return array.astype(str).astype(np.float64).tolist()
@@ -327,11 +345,17 @@ def array_to_json(array: np.ndarray, name: str) -> Any:
         nested = np.empty(len(flat), dtype=object)
         nested[:] = flat
         return nested.reshape(array.shape).tolist()
-    if array.dtype in (np.float32, np.float16):
+    if array.dtype == np.float32:
         return _float_list(array)
-    if array.dtype.kind in "biuf":
+    if array.dtype in _JSON_WRITABLE:
         return array.tolist()
-    raise invalid(f"Failed to write JSON value for tensor type: {array.dtype}")
+    import tensorflow as tf
+
+    try:
+        dtype_name = data_type_string(tf.dtypes.as_dtype(array.dtype).as_datatype_enum)
+    except TypeError:
+        dtype_name = str(array.dtype)
+    raise invalid(f"Failed to write JSON value for tensor type: {dtype_name}")
 
 
 def make_predict_response(outputs: Mapping[str, np.ndarray], row_format: bool) -> dict[str, Any]:
