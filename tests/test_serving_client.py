@@ -80,7 +80,7 @@ def test_server_errors_raise_serving_error(server):
     client = ServingClient(server.url, "toy", retries=3, backoff=0.01)
     with pytest.raises(ServingError) as e:
         client.predict([1, 2])
-    assert e.value.status_code == 400 and "DT_STRING" in e.value.message
+    assert e.value.status_code == 400 and "type: string" in e.value.message
     with pytest.raises(ServingError) as e:
         client.predict(["a"], signature_name="nope")
     assert e.value.status_code == 400 and "nope" in str(e.value)

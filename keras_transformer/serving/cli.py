@@ -97,6 +97,11 @@ def build_arg_parser(p: argparse.ArgumentParser | None = None) -> argparse.Argum
     )
     _bool_flag(
         p,
+        "--rest_api_enable_cors_support",
+        "add CORS headers to the REST API's answers (TF Serving's flag)",
+    )
+    _bool_flag(
+        p,
         "--enforce_session_run_timeout",
         "end a gRPC request's session run at the client's deadline (TF Serving's flag)",
         default=True,
@@ -208,6 +213,7 @@ def run_from_args(args: argparse.Namespace) -> int:
             shutdown_seconds=args.shutdown_timeout_seconds,
             monitoring_config_file=args.monitoring_config_file,
             rest_api_timeout_ms=args.rest_api_timeout_in_ms,
+            rest_api_enable_cors_support=args.rest_api_enable_cors_support,
             enforce_session_run_timeout=args.enforce_session_run_timeout,
         )
     except (ConfigError, ValueError, OSError) as e:

@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
-import math
-import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import rapidjson
 
 from keras_transformer.serving.errors import ServingStatusError, invalid
 
@@ -38,12 +36,22 @@ def _dtype_name(dtype: int) -> str:
         return str(dtype)
 
 
-def json_str(value: Any, limit: int = 200) -> str:
+_MAX_JSON_DEBUG_BYTES = 256
+
+
+def json_str(value: Any) -> str:
+    """``JsonValueToDebugString``: rapidjson's ``PrettyWriter`` with single-line arrays (what
+    TF Serving quotes in its messages), cut at 256 bytes."""
     try:
-        text = json.dumps(value, ensure_ascii=False)
-    except (TypeError, ValueError):
+        text = rapidjson.dumps(
+            value, indent=4, write_mode=rapidjson.WM_SINGLE_LINE_ARRAY, ensure_ascii=False
+        )
+    except (TypeError, ValueError, OverflowError):
         text = repr(value)
-    return text if len(text) <= limit else text[:limit] + "..."
+    data = text.encode("utf-8", "surrogatepass")
+    if len(data) <= _MAX_JSON_DEBUG_BYTES:
+        return text
+    return data[:_MAX_JSON_DEBUG_BYTES].decode("utf-8", "ignore")
 
 
 def json_type(value: Any) -> str:
@@ -62,10 +70,16 @@ def json_type(value: Any) -> str:
     return "Number"
 
 
+def data_type_string(dtype: int) -> str:
+    """TF's ``DataTypeString``: ``DT_FLOAT`` is "float", ``DT_STRING`` "string", ..."""
+    name = _dtype_name(dtype)
+    return name[3:].lower() if name.startswith("DT_") else name
+
+
 def _type_error(value: Any, dtype: int) -> ServingStatusError:
     return invalid(
         f"JSON Value: {json_str(value)} Type: {json_type(value)} is not of expected type: "
-        f"{_dtype_name(dtype)}"
+        f"{data_type_string(dtype)}"
     )
 
 
@@ -74,24 +88,27 @@ def is_b64(value: Any) -> bool:
 
 
 def b64decode(value: dict) -> bytes:
-    # absl::Base64Unescape accepts missing padding; web-safe characters are accepted here too.
-    text = "".join(value[_B64_KEY].split()).replace("-", "+").replace("_", "/")
+    # absl::Base64Unescape (absl/strings/escaping.cc): the standard alphabet only (not the
+    # web-safe "-" and "_"), whitespace skipped, padding optional.
+    text = "".join(value[_B64_KEY].split())
     try:
         return base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
     except (binascii.Error, ValueError):
         raise invalid("Unable to base64 decode") from None
 
 
+# AddValueToTensor: IsInt() (int32) for the small int types, whose int_val entries the tensor
+# then casts (wrapping), IsInt64(), IsUint(), IsUint64() for the others.
 _INT_RANGES: dict[str, tuple[int, int]] = {
-    "DT_INT8": (-(2**7), 2**7 - 1),
-    "DT_UINT8": (0, 2**8 - 1),
-    "DT_INT16": (-(2**15), 2**15 - 1),
+    "DT_INT8": (-(2**31), 2**31 - 1),
+    "DT_UINT8": (-(2**31), 2**31 - 1),
+    "DT_INT16": (-(2**31), 2**31 - 1),
     "DT_INT32": (-(2**31), 2**31 - 1),
     "DT_INT64": (-(2**63), 2**63 - 1),
     "DT_UINT32": (0, 2**32 - 1),
     "DT_UINT64": (0, 2**64 - 1),
 }
-_FLOAT_LIMITS = {"DT_FLOAT": (24, 3.4028234663852886e38), "DT_DOUBLE": (53, sys.float_info.max)}
+_WRAPPED_INTS = ("DT_INT8", "DT_UINT8", "DT_INT16")
 _NUMPY_DTYPES = {
     "DT_FLOAT": np.float32,
     "DT_DOUBLE": np.float64,
@@ -123,21 +140,12 @@ def _leaf_value(value: Any, dtype: int) -> Any:
                 )
             return b64decode(value)
         raise _type_error(value, dtype)
-    if name in _FLOAT_LIMITS or name == "DT_HALF":
+    if name in ("DT_FLOAT", "DT_DOUBLE"):
+        # Any number, converted as the hardware does (api_rest.md, "Floating Point
+        # Precision": 1435774380 becomes 1435774336 as a float).
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise _type_error(value, dtype)
-        digits, max_value = _FLOAT_LIMITS.get(name, (11, 65504.0))
-        if isinstance(value, int):
-            lossy = abs(value) > (1 << digits) - 1
-        else:
-            lossy = math.isfinite(value) and abs(value) > max_value
-        if lossy:
-            target = {"DT_FLOAT": "float", "DT_DOUBLE": "double"}.get(name, "half")
-            raise invalid(
-                f"Cannot convert JSON value: {json_str(value)} to {target} without loss of "
-                "precision."
-            )
-        return value
+        return float(value)
     if name in _INT_RANGES:
         low, high = _INT_RANGES[name]
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
@@ -148,7 +156,8 @@ def _leaf_value(value: Any, dtype: int) -> Any:
             raise _type_error(value, dtype)
         return value
     raise ServingStatusError(
-        "UNIMPLEMENTED", f"Conversion of JSON Value: {json_str(value)} to type: {name}"
+        "UNIMPLEMENTED",
+        f"Conversion of JSON Value: {json_str(value)} to type: {data_type_string(dtype)}",
     )
 
 
@@ -194,6 +203,8 @@ def json_to_array(value: Any, dtype: int) -> np.ndarray:
     if np_dtype is object:
         array = np.empty(len(flat), dtype=object)
         array[:] = flat
+    elif _dtype_name(dtype) in _WRAPPED_INTS:
+        array = np.asarray(flat, dtype=np.int64).astype(np_dtype)
     else:
         array = np.asarray(flat, dtype=np_dtype)
     return array.reshape(shape)
@@ -233,9 +244,10 @@ def _instances_to_arrays(instances: Any, input_infos: Mapping[str, Any]) -> dict
                         f"{_shape_str(array.shape)}"
                     )
         except ServingStatusError as e:
-            raise ServingStatusError(
-                e.code,
-                f"Failed to process element: {where} of 'instances' list. Error: {e.message}",
+            # TF Serving appends the item's status.ToString(): "INVALID_ARGUMENT: ...".
+            raise invalid(
+                f"Failed to process element: {where} of 'instances' list. Error: "
+                f"{e.code}: {e.message}"
             ) from None
         rows[name].append(array)
 
@@ -285,6 +297,24 @@ def _inputs_to_arrays(inputs: Any, input_infos: Mapping[str, Any]) -> dict[str, 
     return arrays
 
 
+# The output dtypes json_tensor.cc's AddSingleValueAndAdvance writes (besides float and
+# string); half, uint16, complex, ... are "Failed to write JSON value for tensor type: ...".
+_JSON_WRITABLE = tuple(
+    np.dtype(t)
+    for t in (
+        np.float64,
+        np.int8,
+        np.int16,
+        np.int32,
+        np.int64,
+        np.uint8,
+        np.uint32,
+        np.uint64,
+        np.bool_,
+    )
+)
+
+
 def _float_list(array: np.ndarray) -> Any:
     # Shortest repr that round-trips in the tensor's own precision (as TF Serving writes them).
     return array.astype(str).astype(np.float64).tolist()
@@ -315,11 +345,17 @@ def array_to_json(array: np.ndarray, name: str) -> Any:
         nested = np.empty(len(flat), dtype=object)
         nested[:] = flat
         return nested.reshape(array.shape).tolist()
-    if array.dtype in (np.float32, np.float16):
+    if array.dtype == np.float32:
         return _float_list(array)
-    if array.dtype.kind in "biuf":
+    if array.dtype in _JSON_WRITABLE:
         return array.tolist()
-    raise invalid(f"Failed to write JSON value for tensor type: {array.dtype}")
+    import tensorflow as tf
+
+    try:
+        dtype_name = data_type_string(tf.dtypes.as_dtype(array.dtype).as_datatype_enum)
+    except TypeError:
+        dtype_name = str(array.dtype)
+    raise invalid(f"Failed to write JSON value for tensor type: {dtype_name}")
 
 
 def make_predict_response(outputs: Mapping[str, np.ndarray], row_format: bool) -> dict[str, Any]:
@@ -355,13 +391,14 @@ def decode_predict_request(
     Args:
         request: the JSON object (``instances`` or ``inputs``).
         input_infos: the signature's ``TensorInfo`` by input alias.
-        signature_name: for the error message when the signature has no inputs.
+        signature_name: the request's (may be empty), for the error message when the
+            signature has no inputs.
 
     Returns:
         ``(arrays by input alias, row_format)``.
     """
     if not input_infos:
-        raise invalid(f"Failed to get input map for signature: {signature_name}")
+        raise invalid(f"Failed to get input map for signature: {signature_name or 'DEFAULT'}")
     has_instances, has_inputs = "instances" in request, "inputs" in request
     if has_instances and has_inputs:
         raise invalid(
@@ -372,7 +409,7 @@ def decode_predict_request(
         instances = request["instances"]
         if not isinstance(instances, list):
             raise invalid(
-                f"JSON Value: {json_str(request)} Excepting 'instances' to be an list/array"
+                f"JSON Value: {json_str(request)} Expecting 'instances' to be an list/array"
             )
         if not instances:
             raise invalid(f"JSON Value: {json_str(request)} No values in 'instances' array")

@@ -176,20 +176,26 @@ class ServerCore:
         self, name: str, version: int | None = None, for_status: bool = False
     ) -> ModelManager:
         """The manager of ``name`` (NOT_FOUND in TF Serving's words when there is none)."""
-        if not name:
+        if not name and not for_status:
             raise invalid("ModelSpec has no name specified.")
         manager = self.managers.get(name)
         if manager is None and for_status:
             manager = self._removed.get(name)
         if manager is None:
-            if for_status:
+            if for_status:  # get_model_status_impl.cc (which has no check of the name)
+                if version is not None:
+                    raise not_found(f"Could not find version {version} of model {name}")
                 raise not_found(f"Could not find any versions of model {name}")
             spec = f"Specific({name}, {version})" if version is not None else f"Latest({name})"
             raise not_found(f"Servable not found for request: {spec}")
         return manager
 
     def servable(self, name: str, version: int | None = None, label: str | None = None) -> Servable:
-        """The servable of a model spec, acquired: ``release()`` it when done."""
+        """The servable of a model spec, acquired: ``release()`` it when done. A label is
+        resolved first, as ``ServerCore::ServableRequestFromModelSpec`` does: an unknown
+        model's label is an unknown label (INVALID_ARGUMENT), not NOT_FOUND."""
+        if label is not None and name and name not in self.managers:
+            raise invalid(f"Unrecognized servable version label: {label}")
         return self.manager(name, version).get(version, label, acquire=True)
 
     def predict(

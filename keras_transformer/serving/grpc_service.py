@@ -60,8 +60,8 @@ def tensor_proto_to_array(alias: str, proto: Any) -> np.ndarray:
 
     try:
         return tf.make_ndarray(proto)
-    except (TypeError, ValueError) as e:
-        raise invalid(f"tensor parsing error: {alias} ({e})") from None
+    except (TypeError, ValueError):  # saved_model::GetInputValues' words
+        raise invalid(f"tensor parsing error: {alias}") from None
 
 
 def array_to_tensor_proto(array: np.ndarray) -> Any:
@@ -128,9 +128,11 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
             signature_name = request.model_spec.signature_name or DEFAULT_SIGNATURE
             servable = self.core.servable(*_spec(request.model_spec))
             try:
+                # The signature and the inputs' names before their tensors (RunPredict).
+                servable.check_inputs(signature_name, list(request.inputs))
                 arrays = {
-                    alias: tensor_proto_to_array(alias, proto)
-                    for alias, proto in request.inputs.items()
+                    alias: tensor_proto_to_array(alias, request.inputs[alias])
+                    for alias in sorted(request.inputs)
                 }
                 timeout = deadline_ms(context) if self.enforce_session_run_timeout else 0
                 outputs = self.core.predict(

@@ -4,9 +4,11 @@ Paths, methods, status codes and ``{"error": ...}`` bodies are TF Serving's
 (``http_rest_api_handler.cc``): ``POST /v1/models/NAME[/versions/N|/labels/L]:predict``
 and ``:classify`` (``classify_codec.py``; ``:regress`` answers UNIMPLEMENTED),
 ``GET /v1/models/NAME[/versions/N|/labels/L][/metadata]``, matched case-insensitively; a wrong
-method on a ``/v1/`` path is 400 "Malformed request". aiohttp does the HTTP/1.1 (parsing,
-chunked bodies, keep-alive, the body-size cap); the work of a request (JSON, session run)
-runs on a thread pool of ``--rest_api_num_threads`` so the event loop only moves bytes.
+method on a ``/v1/`` path is 400 "Malformed request", and ``OPTIONS`` a CORS preflight
+(``http_server.cc``). Bodies are parsed with rapidjson, as TF Serving parses them. aiohttp
+does the HTTP/1.1 (parsing, chunked bodies, keep-alive, the body-size cap); the work of a
+request (JSON, session run) runs on a thread pool of ``--rest_api_num_threads`` so the event
+loop only moves bytes.
 A stop closes the listening socket, answers the requests in flight, then returns.
 Requests under ``/v1/`` are counted in the server's metrics (``monitoring``), whose page is
 served at the ``--monitoring_config_file``'s path, for any method, as TF Serving does.
@@ -25,6 +27,7 @@ import urllib.parse
 from collections.abc import Mapping
 from typing import Any
 
+import rapidjson
 from aiohttp import web
 
 from keras_transformer.serving.classify_codec import (
@@ -55,27 +58,47 @@ _STATUS_RE = re.compile(
     re.IGNORECASE,
 )
 _V1_RE = re.compile(r"/v1/.*", re.IGNORECASE | re.DOTALL)
+_RAPIDJSON_ERROR = re.compile(r"Parse error at offset (\d+): (.*)", re.DOTALL)
+_NOT_SINGULAR = "The document root must not be followed by other values."
+_INT64_MAX = 2**63 - 1
+_CORS_ORIGIN = re.compile(r"https?://")
+# http_rest_api_util.cc's AddCORSHeaders (with --rest_api_enable_cors_support).
+CORS_HEADERS = {
+    "Access-Control-Allow-Origin": "*",
+    "Access-Control-Allow-Methods": "POST, GET",
+    "Access-Control-Allow-Headers": "Content-Type",
+}
 _API_OF_VERB = {"classify": "Classify", "regress": "Regress", "predict": "Predict"}
 
 
 def parse_json_request(body: bytes) -> dict[str, Any]:
-    """The JSON object of a ``:predict`` body, or INVALID_ARGUMENT saying what is wrong."""
-    if not body.strip():
+    """The JSON object of a request body, parsed as ``json_tensor.cc``'s ``ParseJson`` does
+    (rapidjson, so its messages and byte offsets; ``NaN``/``Infinity`` allowed; what follows
+    the document is ignored, as with ``kParseStopWhenDoneFlag``), or INVALID_ARGUMENT."""
+    if not body:
         raise invalid("JSON Parse error: The document is empty")
     try:
-        text = body.decode("utf-8")
+        body.decode("utf-8")
     except UnicodeDecodeError as e:
         message = f"JSON Parse error: Invalid encoding in string. at offset: {e.start}"
         raise invalid(message) from None
     try:
-        request = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise invalid(f"JSON Parse error: {e.msg} at offset: {e.pos}") from None
+        request = _loads(body)
+    except rapidjson.JSONDecodeError as e:
+        match = _RAPIDJSON_ERROR.fullmatch(str(e))
+        offset, what = (int(match.group(1)), match.group(2)) if match else (0, str(e))
+        if what != _NOT_SINGULAR:
+            raise invalid(f"JSON Parse error: {what} at offset: {offset}") from None
+        request = _loads(body[:offset])  # the document before what follows it
     except RecursionError:
         raise invalid("JSON Parse error: the document is nested too deeply") from None
     if not isinstance(request, dict):
         raise invalid(f"JSON Value: {json_str(request)} Is not object")
     return request
+
+
+def _loads(body: bytes) -> Any:
+    return rapidjson.loads(body, number_mode=rapidjson.NM_NAN)
 
 
 def signature_name_of(request: Mapping[str, Any], default: str) -> str:
@@ -89,7 +112,16 @@ def signature_name_of(request: Mapping[str, Any], default: str) -> str:
     return name or default
 
 
+class _BodilessError(ServingStatusError):
+    """An error TF Serving answers with an empty body: ``ParseModelInfo``'s, and a CORS
+    preflight's, which return before ``MakeJsonFromStatus`` writes ``{"error": ...}``."""
+
+
 def _spec(name: str, version: str | None, label: str | None) -> tuple[str, int | None, str | None]:
+    if version and int(version) > _INT64_MAX:  # ParseModelInfo's absl::SimpleAtoi into int64
+        raise _BodilessError(
+            "INVALID_ARGUMENT", f"Failed to convert version: {version} to numeric."
+        )
     return (
         urllib.parse.unquote(name),
         int(version) if version else None,
@@ -204,11 +236,22 @@ class RestApp:
             raise invalid(f"Malformed request: {method} {path}")
         raise not_found(f"Not found: {method} {path} (the REST API lives under /v1/)")
 
-    def answer(self, method: str, path: str, body: bytes) -> tuple[int, bytes]:
-        """(HTTP status, JSON body) for a request; never raises."""
+    def answer(self, method: str, path: str, body: bytes, origin: str = "") -> tuple[int, bytes]:
+        """(HTTP status, JSON body) for a request (``origin``: its ``Origin`` header, which a
+        CORS preflight needs); never raises."""
         start, code = time.monotonic_ns(), "OK"
         try:
-            status, payload = 200, self.dispatch(method, path, body)
+            if method == "OPTIONS" and _V1_RE.fullmatch(path):
+                # http_server.cc's RestApiRequestDispatcher: a preflight, with no body.
+                if not _CORS_ORIGIN.search(origin):
+                    raise _BodilessError(
+                        "FAILED_PRECONDITION", "Origin header is missing in CORS preflight"
+                    )
+                status, payload = 200, None
+            else:
+                status, payload = 200, self.dispatch(method, path, body)
+        except _BodilessError as e:
+            status, payload, code = e.http_status, None, e.code
         except ServingStatusError as e:
             status, payload, code = e.http_status, {"error": e.message}, e.code
         except Exception as e:  # never let a request kill the worker or leak a traceback
@@ -219,7 +262,9 @@ class RestApp:
             name, api, tf_api = metric_labels(method, path)
             self.core.metrics.record_request(name, api, REST, code, elapsed_usec(start), tf_api)
         if status != 200:
-            logger.info("%s %s -> %d %s", method, path, status, payload.get("error"))
+            logger.info("%s %s -> %d %s", method, path, status, (payload or {}).get("error"))
+        if payload is None:
+            return status, b""
         text = json.dumps(payload, ensure_ascii=False)
         return status, text.encode("utf-8", "surrogatepass")
 
@@ -237,6 +282,8 @@ class RestServer:
         metrics_path: where the Prometheus page is served (None: nowhere).
         timeout_ms: each request's session-run timeout (``--rest_api_timeout_in_ms``; 0:
             none).
+        cors: add CORS headers to the answers under ``/v1/``
+            (``--rest_api_enable_cors_support``).
     """
 
     def __init__(
@@ -249,8 +296,10 @@ class RestServer:
         shutdown_timeout: float = 60.0,
         metrics_path: str | None = None,
         timeout_ms: int = 0,
+        cors: bool = False,
     ) -> None:
         self.app = RestApp(core, max_request_bytes, timeout_ms)
+        self.cors = cors
         self.metrics_path = metrics_path
         self.host = host
         self._requested_port = port
@@ -278,10 +327,14 @@ class RestServer:
         except web.HTTPRequestEntityTooLarge:
             return self._response(413, {"error": _too_large(limit).message})
         loop = asyncio.get_running_loop()
+        origin = request.headers.get("Origin", "")
         status, data = await loop.run_in_executor(
-            self._executor, self.app.answer, method, path, body
+            self._executor, self.app.answer, method, path, body, origin
         )
-        return web.Response(status=status, body=data, content_type="application/json")
+        headers = CORS_HEADERS if self.cors and _V1_RE.fullmatch(path) else None
+        return web.Response(
+            status=status, body=data, content_type="application/json", headers=headers
+        )
 
     @staticmethod
     def _response(status: int, payload: dict) -> web.Response:

@@ -151,6 +151,36 @@ class Servable:
             raise invalid(f'Serving signature name: "{signature_name}" not found in signature def')
         return self.signatures[signature_name]
 
+    def check_inputs(self, signature_name: str, aliases: Sequence[str]) -> Any:
+        """The request's SignatureDef, checked against the aliases of its inputs as TF
+        Serving checks them before it parses them (``RunPredict``: the signature,
+        ``VerifySignature``, ``VerifyRequestInputsSize``, then ``GetInputValues``' missing
+        alias, tensorflow/cc/saved_model/util.cc)."""
+        signature = self.signatures.get(signature_name or DEFAULT_SIGNATURE)
+        if signature is None:
+            raise ServingStatusError(
+                "FAILED_PRECONDITION", f'Serving signature key "{signature_name}" not found.'
+            )
+        if self.method_name_check:
+            _verify_method_name(signature)
+        sent, wanted = set(aliases), set(signature.inputs)
+        if len(sent) != len(wanted):
+            raise invalid(
+                f"input size does not match signature: {len(sent)}!={len(wanted)} "
+                f"len({{{','.join(sorted(sent))}}}) != len({{{','.join(sorted(wanted))}}}). "
+                f"Sent extra: {{{','.join(sorted(sent - wanted))}}}. Missing but required: "
+                f"{{{','.join(sorted(wanted - sent))}}}."
+            )
+        missing = sorted(wanted - sent)
+        if missing:
+            alias = missing[0]
+            raise invalid(
+                f"Signature input alias: {alias}(feed name: {signature.inputs[alias].name}) not "
+                "found in request and no default value provided. Inputs expected to be in the "
+                f"request {{{','.join(sorted(sent))}}}, or default input alias set: "
+            )
+        return signature
+
     def prepare(
         self,
         signature_name: str,
@@ -162,33 +192,22 @@ class Servable:
         Returns:
             ``(signature, output aliases to fetch)``.
         """
-        signature = self.signatures.get(signature_name or DEFAULT_SIGNATURE)
-        if signature is None:
-            raise ServingStatusError(
-                "FAILED_PRECONDITION", f'Serving signature key "{signature_name}" not found.'
-            )
-        if self.method_name_check:
-            _verify_method_name(signature)
-        sent, wanted = set(arrays), set(signature.inputs)
-        if sent != wanted:
-            raise invalid(
-                f"input size does not match signature: {len(sent)}!={len(wanted)} "
-                f"len({{{','.join(sorted(sent))}}}) != len({{{','.join(sorted(wanted))}}}). "
-                f"Sent extra: {{{','.join(sorted(sent - wanted))}}}. Missing but required: "
-                f"{{{','.join(sorted(wanted - sent))}}}."
-            )
-        for position, alias in enumerate(sorted(arrays)):
-            _check_dtype(position, alias, signature.inputs[alias], arrays[alias])
-        outputs = list(output_filter) or list(signature.outputs)
+        signature = self.check_inputs(signature_name, list(arrays))
+        # The output filter, alias by alias (PreProcessPrediction), before the session run's
+        # feed checks.
+        seen: set[str] = set()
         for alias in output_filter:
             if alias not in signature.outputs:
                 raise invalid(
                     f"output tensor alias not found in signature: {alias} Outputs expected to "
                     f"be in the set {{{','.join(sorted(signature.outputs))}}}."
                 )
-        if len(set(outputs)) != len(outputs):
-            duplicate = next(a for a in outputs if outputs.count(a) > 1)
-            raise invalid(f"duplicate output tensor alias: {duplicate}")
+            if alias in seen:
+                raise invalid(f"duplicate output tensor alias: {alias}")
+            seen.add(alias)
+        outputs = list(output_filter) or list(signature.outputs)
+        for position, alias in enumerate(sorted(arrays)):
+            _check_dtype(position, signature.inputs[alias], arrays[alias])
         return signature, outputs
 
     def run(
@@ -262,10 +281,13 @@ def _verify_method_name(signature: Any) -> None:
         )
 
 
-def _check_dtype(position: int, alias: str, info: Any, array: np.ndarray) -> None:
-    """TF's feed check ("Expects arg[0] to be string but float is provided"), made before the
+def _check_dtype(position: int, info: Any, array: np.ndarray) -> None:
+    """TF's feed check, in its words (``FunctionCallFrame::SetArgs``: "Expects arg[0] to be
+    string but float is provided", dtypes as ``DataTypeString`` writes them), made before the
     run: ``Session.run`` would otherwise convert a feed of another type silently."""
     import tensorflow as tf
+
+    from keras_transformer.serving.codec import data_type_string
 
     expected = tf.dtypes.as_dtype(info.dtype)
     if array.dtype == object or array.dtype.kind in "SU":
@@ -276,7 +298,8 @@ def _check_dtype(position: int, alias: str, info: Any, array: np.ndarray) -> Non
         except TypeError:
             got = None
     if got != expected:
+        got_name = data_type_string(got.as_datatype_enum) if got is not None else array.dtype
         raise invalid(
-            f"Expects arg[{position}] to be {expected.name} but "
-            f"{got.name if got is not None else array.dtype} is provided (input '{alias}')"
+            f"Expects arg[{position}] to be {data_type_string(expected.as_datatype_enum)} but "
+            f"{got_name} is provided"
         )

@@ -75,6 +75,7 @@ class ServingServer:
         metrics_path: str | None = None,
         rest_api_timeout_ms: int = 0,
         enforce_session_run_timeout: bool = True,
+        rest_api_enable_cors_support: bool = False,
     ) -> None:
         if rest_port is None and grpc_port is None:
             raise ValueError("Enable at least one of REST (rest_port) and gRPC (grpc_port)")
@@ -93,6 +94,7 @@ class ServingServer:
                 shutdown_seconds,
                 metrics_path,
                 rest_api_timeout_ms,
+                rest_api_enable_cors_support,
             )
             if rest_port is not None
             else None
@@ -201,6 +203,7 @@ def start_server(
     monitoring_config_file: str | os.PathLike[str] | None = None,
     rest_api_timeout_ms: int = 0,
     enforce_session_run_timeout: bool = True,
+    rest_api_enable_cors_support: bool = False,
 ) -> ServingServer:
     """Load the models and start serving; returns the running :class:`ServingServer`.
 
@@ -237,6 +240,8 @@ def start_server(
             (``--rest_api_timeout_in_ms``; 0: none). It does not apply to gRPC.
         enforce_session_run_timeout: gRPC session runs end at the client's deadline
             (``--enforce_session_run_timeout``, TF Serving's default true).
+        rest_api_enable_cors_support: add CORS headers to every answer of the REST API
+            (``--rest_api_enable_cors_support``).
 
     Returns:
         The started server.
@@ -297,6 +302,7 @@ def start_server(
         metrics_path=metrics_path,
         rest_api_timeout_ms=rest_api_timeout_ms,
         enforce_session_run_timeout=enforce_session_run_timeout,
+        rest_api_enable_cors_support=rest_api_enable_cors_support,
     )
     try:
         return server.start()
