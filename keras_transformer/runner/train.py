@@ -112,7 +112,6 @@ def train(
     task = get_task(config)
     t = config.training
     paths = RunPaths(run_dir or t.run_dir)
-    keras.utils.set_random_seed(t.seed)
     if strategy is None:
         strategy = make_strategy(t.strategy, t.devices)
     chief = is_chief(strategy)
@@ -124,6 +123,10 @@ def train(
     if chief:
         save_config(config, paths.config)
     train_data, tokenizers = training_data(task, paths, strategy, data=train_split)
+    # Seeded once the data and tokenizers are ready: preparing a TFDS dataset draws from
+    # Python's `random` (its temporary folder names), so a seed set before it would give the
+    # first run on a machine other weights than the runs that find the dataset prepared.
+    keras.utils.set_random_seed(t.seed)
     train_batches = _distributed(task.make_batches(train_data, tokenizers, shuffle=True))
     if t.steps_per_epoch:
         train_batches = train_batches.repeat()
