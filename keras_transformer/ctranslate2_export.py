@@ -8,9 +8,11 @@ The `Transformer` is written into CTranslate2's `TransformerSpec` weight by weig
   the model shares them (CTranslate2 stores a repeated weight once);
 - our positional table (`layers.positional_encoding.sinusoidal_table`: sin and cos
   interleaved, as in the paper) written as CTranslate2's `position_encodings`: CTranslate2's
-  own sinusoidal table puts all sines before all cosines, with another frequency spacing, so
-  it is not ours. The table has the model's `max_length` rows, so CTranslate2 refuses
-  positions past it as our model does;
+  own sinusoidal table (src/layers/common.cc, `generate_sinusoidal_position_encoding`) puts
+  all sines before all cosines, counts positions from 1 and spaces the frequencies by
+  `d_model / 2 - 1`, so it is not ours. The table has the model's `max_length` rows, so
+  CTranslate2 refuses positions past it ("No position encodings are defined for positions
+  >= ...") as our model does;
 - queries, keys and values fused as CTranslate2 expects (q|k|v for self-attention, q and
   k|v for cross-attention), with their biases; the feed-forward layers; the LayerNorms and
   their epsilon (`layer_norm_epsilon` in `config.json`: CTranslate2's default, 1e-5, is
@@ -33,16 +35,20 @@ into place at the end, so a failed export leaves nothing; an existing `output_di
 written over. CTranslate2 reads local folders only: an object-store `output_dir`
 (`gs://...`) is refused (the run directory itself may be on one).
 
-Decoding: CTranslate2's greedy search (`beam_size=1`) gives the ids of our greedy search,
-and its scores (summed log-probabilities, EOS's included; `return_scores=True`) are ours with
-`length_penalty=0`, when it is given the same limits: `max_input_length` our `max_length`
-(CTranslate2 then truncates a long source keeping EOS last, as `Translator.encode_sources`
-does) and `max_decoding_length` the output limit (EOS counted in both). Beam search differs
-in its length normalization (CTranslate2 divides by length ** `length_penalty`, ours by the
-GNMT `((5 + length) / 6) ** alpha`), and CTranslate2 does not forbid `<pad>` and `<s>` as
-outputs, which ours does (`suppress_sequences=[["<pad>"], ["<s>"]]` forbids them, changing
-the scores by their tiny probabilities); a blank source translates to whatever the model
-says after EOS, where `Translator` returns an empty string.
+Decoding: CTranslate2's greedy search gives our greedy ids and scores (summed
+log-probabilities, EOS's included) with the options that make its search ours:
+`beam_size=1`, `length_penalty=0` (CTranslate2 divides greedy scores by length **
+`length_penalty` too; ours with `length_penalty=0.0` are plain sums), `min_decoding_length=0`
+(its default, 1, forbids EOS as the first token, which raises that token's log-probability),
+`max_input_length` our `max_length` (CTranslate2 then truncates a long source keeping EOS
+last, as `Translator.encode_sources` does) and `max_decoding_length` the output limit (EOS
+counted in both; `min(max_length, a * source + b)` per sentence in ours, so translate one
+sentence at a time, or set `max_length_a=0`, for one limit). Beam search differs in its
+length normalization (CTranslate2 divides by length ** `length_penalty`, ours by the GNMT
+`((5 + length) / 6) ** alpha`), and CTranslate2 does not forbid `<pad>` and `<s>` as outputs,
+which ours does (`suppress_sequences=[["<pad>"], ["<s>"]]` forbids them, renormalizing by
+their tiny probabilities); a blank source translates to whatever the model says after EOS,
+where `Translator` returns an empty string.
 
 Example (not run as a doctest: it needs a trained run and the `ctranslate2` extra):
 
@@ -53,7 +59,7 @@ translator = ctranslate2.Translator("exports/de-en-ct2")
 source = sentencepiece.SentencePieceProcessor(model_file="exports/de-en-ct2/source_spm.model")
 target = sentencepiece.SentencePieceProcessor(model_file="exports/de-en-ct2/target_spm.model")
 results = translator.translate_batch(
-    source.encode(["Ein Hund läuft."], out_type=str), beam_size=1, max_input_length=128)
+    source.encode(["Ein Hund läuft."], out_type=str), beam_size=4, max_input_length=128)
 target.decode(results[0].hypotheses[0])  # 'A dog is running.'
 ```
 """

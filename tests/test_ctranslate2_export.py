@@ -115,6 +115,19 @@ def test_ctranslate2s_own_position_table_is_not_ours(tmp_path):
     assert _largest_log_prob_difference(model, translator, source, target) > 0.1
 
 
+def test_positions_past_max_length_are_refused_as_ours_refuses_them(tmp_path):
+    model = _random_model(source_vocab=50, target_vocab=50, max_length=16)
+    pieces = _pieces(50, "s")
+    translator = _save(transformer_spec(model, pieces, pieces, source_eos=True), tmp_path / "m")
+    with pytest.raises(RuntimeError, match="No position encodings are defined for positions >= 16"):
+        translator.translate_batch([["s5"] * 20], beam_size=1)  # 20 + EOS source positions
+    # Truncated to max_length (EOS kept last), as `Translator.encode_sources` truncates.
+    result = translator.translate_batch(
+        [["s5"] * 20], beam_size=1, max_input_length=16, max_decoding_length=16
+    )
+    assert len(result[0].hypotheses[0]) <= 16
+
+
 @pytest.mark.parametrize("activation", ["elu", "softplus"])
 def test_an_activation_ctranslate2_lacks_is_refused_naming_it(activation):
     model = _random_model(activation=activation)
@@ -272,7 +285,9 @@ def test_int8_loads_and_translates(runs, sentences, tmp_path):
     results, ids, scores = _theirs(directory, sentences, translator.model.max_length)
     assert len(ids) == len(sentences) and np.all(np.isfinite(scores))
     # int8 weights are close, not equal: most greedy outputs stay the same.
-    assert sum(a == b for a, b in zip(ids, our_ids)) >= len(sentences) // 2
+    same = sum(a == b for a, b in zip(ids, our_ids))
+    print(f"int8: {same} of {len(sentences)} greedy outputs equal float32's")
+    assert same >= len(sentences) // 2
     info = json.load(open(os.path.join(directory, INFO_FILENAME)))
     assert info["quantization"] == "int8"
 
@@ -324,6 +339,19 @@ def test_the_command_writes_the_directory(runs, tmp_path, capsys):
     )
     assert "which already exists; expected a new folder" in capsys.readouterr().err
     assert sorted(os.listdir(output)) == before
+
+
+@pytest.mark.slow
+def test_a_failed_export_leaves_nothing(runs, tmp_path, monkeypatch):
+    from keras_transformer import ctranslate2_export
+
+    def fail(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(ctranslate2_export, "_write_info", fail)  # after model.bin is written
+    with pytest.raises(OSError, match="disk full"):
+        export_ctranslate2(runs["post_norm_shared"], str(tmp_path / "ct2"))
+    assert os.listdir(tmp_path) == []
 
 
 # Refusals before anything is loaded or written.

@@ -52,13 +52,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--output-dir",
         default=None,
-        help="--format ctranslate2: the new local folder of the CTranslate2 model (required)",
+        help="the new local folder of the CTranslate2 model (--format ctranslate2; required)",
     )
     parser.add_argument(
         "--quantization",
         choices=CTRANSLATE2_QUANTIZATIONS,
         default=None,
-        help="--format ctranslate2: the weights' type (default: float32, unquantized)",
+        help="the weights' type (--format ctranslate2; default: float32, unquantized)",
     )
     add_decoding_arguments(parser, runtime=False)
 
