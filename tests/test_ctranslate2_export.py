@@ -73,6 +73,7 @@ ARCHITECTURES = {
     "pre_norm": {"norm_first": True},
     "shared_embeddings": {"share_embeddings": True, "source_vocab": 50},
     "untied_pre_norm": {"tie_output_embeddings": False, "norm_first": True},
+    "shared_untied": {"share_embeddings": True, "source_vocab": 50, "tie_output_embeddings": False},
     # CTranslate2's default epsilon is 1e-5: a model's own is written into config.json.
     "epsilon_1e-3": {"layer_norm_epsilon": 1e-3},
     "gelu": {"activation": "gelu"},
