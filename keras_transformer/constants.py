@@ -54,6 +54,23 @@ DEFAULT_MAX_LENGTH_B = 50
 # a model that fails to stop run 50 tokens on).
 TRANSLATION_DECODING_DEFAULTS = {"length_penalty": 1.0, "max_length_a": 1.2, "max_length_b": 10}
 
+# `keras-transformer export --format`: a SavedModel for TF Serving (the default, any task) or
+# a CTranslate2 model directory (translation runs).
+EXPORT_FORMATS = ("savedmodel", "ctranslate2")
+# `keras-transformer export --format ctranslate2 --quantization ...`: the weight types a
+# CTranslate2 model directory may be saved with (ctranslate2 4.x's
+# `specs.model_spec.ACCEPTED_MODEL_TYPES`; tests/test_ctranslate2_export.py checks they match).
+CTRANSLATE2_QUANTIZATIONS = (
+    "int8",
+    "int8_float32",
+    "int8_float16",
+    "int8_bfloat16",
+    "int16",
+    "float16",
+    "bfloat16",
+    "float32",
+)
+
 # Encoder-only models (`TransformerEncoderModel(pooling=...)`): a per-token head when None,
 # else a sequence head over the mean of the real tokens or over the first token.
 POOLINGS = ("mean", "first")

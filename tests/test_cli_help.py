@@ -157,6 +157,16 @@ def test_predict_and_export_help_give_the_defaults_per_task(capsys, monkeypatch)
     assert "--batch-size" not in text  # an export's batches are TF Serving's
 
 
+def test_export_help_names_both_formats(capsys, monkeypatch):
+    from keras_transformer.constants import CTRANSLATE2_QUANTIZATIONS
+
+    text = _help(capsys, monkeypatch, "export")
+    assert _option(text, "--format").endswith("(default: savedmodel)")
+    assert f"--quantization {{{','.join(CTRANSLATE2_QUANTIZATIONS)}}}" in text
+    assert _option(text, "--output-dir").endswith("(--format ctranslate2; required)")
+    assert _option(text, "--base-path").endswith("(required with --format savedmodel)")
+
+
 def test_evaluate_help_gives_the_defaults_of_each_tasks_evaluation(capsys, monkeypatch):
     text = _help(capsys, monkeypatch, "evaluate")
     # Only a translation decodes to be scored; the other tasks score with Keras.

@@ -36,7 +36,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("training", ("training",)),
     ("tasks", ("tasks",)),
     # serving.ops (TF Serving's op allow-list) is what an export is checked against.
-    ("one path", ("runner", "export", "serving.ops")),
+    ("one path", ("runner", "export", "ctranslate2_export", "serving.ops")),
     ("entry points", ("commands", "cli", "serving", "plotting")),
 )
 

@@ -7,7 +7,8 @@ Add a subcommand by writing `<name>.py` here with `add_arguments(parser)` and
 SUMMARIES: dict[str, str] = {
     "train": "Train a model for a task (translation, tagging, classification, language "
     "modeling) from a YAML/JSON config (--config FILE --set key=value).",
-    "export": "Export a trained run as a string-in/string-out SavedModel for TF Serving.",
+    "export": "Export a trained run as a string-in/string-out SavedModel for TF Serving, or "
+    "a translation run as a CTranslate2 model (--format ctranslate2).",
     "serve": "Serve exports with TF Serving's REST and gRPC APIs (a development stand-in).",
     "predict": "Predict with a trained run of any task (texts from arguments, a file or "
     "stdin): translations, continuations, tags or labels.",

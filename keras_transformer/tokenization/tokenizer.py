@@ -129,6 +129,11 @@ class SubwordTokenizer(tf.Module):
         return self._vocab_size
 
     @property
+    def pieces(self) -> list[str]:
+        """Every piece, in id order (`pieces[i]` is id i's), special ones included."""
+        return list(self._pieces)
+
+    @property
     def pad_id(self) -> int:
         """The padding id (0)."""
         return PAD_ID
