@@ -106,6 +106,18 @@ def test_the_layout_before_the_task_sections_still_loads(tmp_path):
     assert ExperimentConfig.from_dict(old_tagging).tagging.max_length == 48
     old_lm = {"task": "language_modeling", "data": {"max_target_length": 64}}
     assert ExperimentConfig.from_dict(old_lm).language_modeling.max_length == 64
+    # The layout before the task sections saved every task's section at its defaults (as
+    # the config.yaml of a run trained at ca0c11d has them): read as not set.
+    dumped = {
+        "tagging": {"words_feature": "tokens", "tags_feature": "pos", "fallback": True},
+        "classification": {"text_feature": None, "label_feature": None, "pooling": "mean"},
+        "language_modeling": {"text_feature": "text", "document_separator": "\n\n"},
+    }
+    config = ExperimentConfig.from_dict({**old_translation, **dumped})
+    assert config.tagging is None and config.translation.source_lang == "de"
+    set_one = {**dumped, "tagging": {"words_feature": "words"}}
+    with pytest.raises(ValueError, match=r"Received the `tagging` section for task 'translation'"):
+        ExperimentConfig.from_dict({**old_translation, **set_one})
     # An old-layout override sets the key where it lives now.
     config = load_config("multi30k_de_en", ["data.max_source_length=32", "data.local_dir=/x"])
     assert (config.translation.max_source_length, config.translation.local_dir) == (32, "/x")

@@ -68,6 +68,11 @@ def upgrade_layout(values: dict[str, Any]) -> dict[str, Any]:
     task = values.get("task", "translation")
     if task not in TASK_SECTIONS:
         return values  # `validate` names the bad task
+    for other in TASK_SECTIONS:
+        # The old writer saved every task's section; one that holds only its defaults was
+        # written, not set, and says nothing (a section set otherwise is still refused).
+        if other != task and _only_defaults(other, values.get(other)):
+            del values[other]
     target = values.get(task)
     target = dict(target) if isinstance(target, dict) else {}
     for section, key in old:
@@ -90,6 +95,18 @@ def upgrade_layout(values: dict[str, Any]) -> dict[str, Any]:
         target[name] = value
     values[task] = target
     return values
+
+
+def _only_defaults(task: str, section: Any) -> bool:
+    """Whether ``section`` is a mapping of ``task``'s own keys at their defaults."""
+    if not isinstance(section, dict):
+        return False
+    defaults = {
+        f.name: f.default
+        for f in dataclasses.fields(TASK_SECTIONS[task])
+        if f.default is not dataclasses.MISSING
+    }
+    return all(key in defaults and defaults[key] == value for key, value in section.items())
 
 
 def new_key(task: str, section: str, key: str) -> str | None:
