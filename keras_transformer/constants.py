@@ -57,6 +57,9 @@ TRANSLATION_DECODING_DEFAULTS = {"length_penalty": 1.0, "max_length_a": 1.2, "ma
 # `keras-transformer export --format`: a SavedModel for TF Serving (the default, any task) or
 # a CTranslate2 model directory (translation runs).
 EXPORT_FORMATS = ("savedmodel", "ctranslate2")
+# `--quantize` of `translate`/`evaluate`/`predict`/`export` and every predictor's `quantize`:
+# the post-training weight types of `keras_transformer.quantization.quantize_model`.
+QUANTIZATIONS = ("int8", "bfloat16")
 # `keras-transformer export --format ctranslate2 --quantization ...`: the weight types a
 # CTranslate2 model directory may be saved with (ctranslate2 4.x's
 # `specs.model_spec.ACCEPTED_MODEL_TYPES`; tests/test_ctranslate2_export.py checks they match).

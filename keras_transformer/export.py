@@ -117,7 +117,8 @@ def export_predictor(
         track=task.export_track(predictor),
         endpoints=task.serving_endpoints(predictor),
         method_names=task.signature_methods(),
-        info=task.export_info(predictor),
+        # The weight type (`keras_transformer.quantization`; null: as trained).
+        info={**task.export_info(predictor), "quantize": predictor.quantize},
         check_ops=check_ops,
         allowed_ops=allowed_ops,
     )

@@ -8,14 +8,15 @@ Each seed sets the weights' initialisation and the training and test data.
 
 import argparse
 import os
-import platform
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "benchmarks"))
 
 import test_decoding  # noqa: E402
 import test_tasks_fit  # noqa: E402
 import test_training_fit  # noqa: E402
+from _machine import cpu_model  # noqa: E402
 
 # name -> (scores(seed), the least of each score, the bound each score stays under).
 LEARNING = {
@@ -29,23 +30,12 @@ LEARNING = {
 }
 
 
-def _cpu() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--tests", nargs="+", default=sorted(LEARNING), choices=sorted(LEARNING))
     args = parser.parse_args()
-    print(f"CPU: {_cpu()}; seeds {args.seeds}")
+    print(f"CPU: {cpu_model()}; seeds {args.seeds}")
     failed = False
     for test in args.tests:
         scores, least, most = LEARNING[test]

@@ -29,7 +29,7 @@ PACKAGE = "keras_transformer"
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("foundation", ("constants", "validation", "compat", "storage", "masks", "model_config")),
     ("layers", ("layers",)),
-    ("models", ("models",)),
+    ("models", ("models", "quantization")),
     ("configuration", ("config",)),
     ("text and data", ("tokenization", "data", "decoding", "evaluation", "run_dir")),
     ("prediction", ("predictors",)),

@@ -1,5 +1,6 @@
 """The predictor options of `predict` (and its task aliases), `evaluate` and `export`,
-defined once: the search (for the tasks that decode), `--batch-size` and `--jit`.
+defined once: the search (for the tasks that decode), `--quantize`, `--batch-size` and
+`--jit`.
 
 Options left unset keep the defaults of what takes them, so the command line predicts as
 the library does unless told otherwise. Those defaults, and which options a task takes, are
@@ -19,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from keras_transformer.constants import DECODING_METHODS, TASKS
+from keras_transformer.constants import DECODING_METHODS, QUANTIZATIONS, TASKS
 
 _JIT = {"auto": "auto", "on": True, "off": False}
 
@@ -63,6 +64,15 @@ _OPTIONS = (
         "tf.function), on, off",
         choices=tuple(sorted(_JIT)),
         runtime=True,
+    ),
+    _Option(
+        "quantize",
+        "Predict with the weights in a smaller type (keras_transformer.quantization): "
+        "bfloat16 (fast where the CPU has AVX512_BF16 or AMX) or int8 (Keras's int8: 4x "
+        "smaller weights)",
+        choices=QUANTIZATIONS,
+        unset="off, the trained float32 weights",
+        search=False,
     ),
     _Option(
         "batch_size",

@@ -30,6 +30,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer import decoding as decoding_module
+from keras_transformer.quantization import check_quantize, quantize_model
 from keras_transformer.validation import check_positive_int, check_tokenizer_pad_id
 
 
@@ -146,6 +147,9 @@ class Predictor:
     Args:
         model: the trained model.
         batch_size: texts per model call.
+        quantize: predict with a copy of `model` in a smaller weight type,
+            `constants.QUANTIZATIONS` (`keras_transformer.quantization`: `int8`, `bfloat16`);
+            None (the default) predicts with `model` itself.
     """
 
     task: ClassVar[str]
@@ -153,9 +157,10 @@ class Predictor:
     serving_input: ClassVar[str] = "sentences"
     progress_description: ClassVar[str] = "predicting"
 
-    def __init__(self, model: Any, batch_size: int = 64):
-        self.model = model
+    def __init__(self, model: Any, batch_size: int = 64, quantize: str | None = None):
+        self.quantize = check_quantize(quantize)
         self.batch_size = check_positive_int("batch_size", batch_size)
+        self.model = quantize_model(model, self.quantize)
 
     @classmethod
     def from_run_dir(cls: type[P], path: str, **kwargs: Any) -> P:
@@ -224,6 +229,7 @@ class DecodingPredictor(Predictor):
             `TransformerDecoderModel`).
         tokenizer: the output's tokenizer (its `bos_id`, `eos_id`).
         batch_size: inputs decoded at once.
+        quantize: the weight type to decode in (`Predictor`), None for the model's own.
         **decoding: `decoding.BatchDecoder`'s arguments; those left out keep the
             subclass's `decoding_defaults`, else `BatchDecoder`'s.
     """
@@ -233,10 +239,17 @@ class DecodingPredictor(Predictor):
     decoding_defaults: ClassVar[Mapping[str, Any]] = {}
     fixed_decoding: ClassVar[tuple[str, ...]] = ()
 
-    def __init__(self, model: Any, tokenizer: Any, batch_size: int = 64, **decoding: Any):
-        super().__init__(model, batch_size)
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        batch_size: int = 64,
+        quantize: str | None = None,
+        **decoding: Any,
+    ):
+        super().__init__(model, batch_size, quantize)
         self.decoder = decoding_module.BatchDecoder(
-            model,
+            self.model,
             bos_id=int(tokenizer.bos_id),
             eos_id=int(tokenizer.eos_id),
             **{**self.decoding_defaults, **decoding},
@@ -317,12 +330,20 @@ class LabelPredictor(Predictor):
         tokenizer: its `SubwordTokenizer`.
         labels: the label names, in id order (`labels.txt` of the run).
         batch_size: texts per model call.
+        quantize: the weight type to predict in (`Predictor`), None for the model's own.
     """
 
     pooled: ClassVar[bool]
 
-    def __init__(self, model: Any, tokenizer: Any, labels: Sequence[str], batch_size: int = 64):
-        super().__init__(model, batch_size)
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        labels: Sequence[str],
+        batch_size: int = 64,
+        quantize: str | None = None,
+    ):
+        super().__init__(model, batch_size, quantize)
         self.tokenizer = tokenizer
         self.labels = tuple(labels)
         if (model.pooling is not None) != self.pooled:

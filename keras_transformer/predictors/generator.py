@@ -38,6 +38,8 @@ class TextGenerator(DecodingPredictor):
         tokenizer: its tokenizer.
         max_new_tokens: the most tokens generated after each prompt.
         batch_size: prompts decoded at once.
+        quantize: the weight type to decode in (`keras_transformer.quantization`), None for
+            the model's own.
         **decoding: `decoding.BatchDecoder`'s search arguments: `method`, `beam_size`,
             `length_penalty`, `max_length` (of prompt and continuation together),
             `min_length` (counting the prompt's tokens), `temperature`, `top_k`, `top_p`,
@@ -56,6 +58,7 @@ class TextGenerator(DecodingPredictor):
         tokenizer,
         max_new_tokens: int = 50,
         batch_size: int = 64,
+        quantize: str | None = None,
         **decoding: Any,
     ):
         for name in self.fixed_decoding:
@@ -69,6 +72,7 @@ class TextGenerator(DecodingPredictor):
             model,
             tokenizer,
             batch_size,
+            quantize,
             max_length_a=1.0,
             max_length_b=self.max_new_tokens,
             **decoding,

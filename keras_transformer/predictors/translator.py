@@ -56,6 +56,8 @@ class Translator(DecodingPredictor):
             saved with it); for a model saved before it did, `from_run_dir` reads the
             run's `config.yaml` and the constructor takes `translation.source_eos`'s
             default.
+        quantize: the weight type to decode in (`keras_transformer.quantization`: `int8`,
+            `bfloat16`), None (the default) for the model's own.
         **decoding: the search, `decoding.BatchDecoder`'s arguments and defaults, except
             those of `constants.TRANSLATION_DECODING_DEFAULTS` (length penalty 1.0, limit
             `1.2 * source + 10`, chosen on Multi30k's validation split): `method`
@@ -85,9 +87,10 @@ class Translator(DecodingPredictor):
         target_tokenizer,
         batch_size: int = 64,
         source_eos: bool | None = None,
+        quantize: str | None = None,
         **decoding: Any,
     ):
-        super().__init__(model, target_tokenizer, batch_size, **decoding)
+        super().__init__(model, target_tokenizer, batch_size, quantize, **decoding)
         self.source_tokenizer = source_tokenizer
         self.target_tokenizer = target_tokenizer
         self.source_eos = _source_eos(model, source_eos)
