@@ -9,18 +9,19 @@ predictor's `quantize` argument take them:
   with one float32 scale per output channel (symmetric abs-max); activations are quantised
   at run time, per token (abs-max of each row), and the int8 x int8 -> int32 matmul is
   rescaled to float. LayerNorm, softmax and the positional table stay float32. Weights are
-  4x smaller; on CPUs without a fast int8 GEMM in TensorFlow's kernels (TF 2.21's
-  `BatchMatMulV3` int8 path is 1.5-4x slower than float32 on the AMD EPYC the benchmark ran
-  on) it decodes more slowly than float32: use it to shrink a model, not to speed it up.
+  4x smaller; TensorFlow's int8 matmul is slower than its float32 one on CPU (TF 2.21's
+  `BatchMatMulV3` int8 path: 0.16x-0.61x the speed on the AMD EPYC of
+  `benchmarks/matmul_types.py`), so it decodes more slowly than float32: use it to shrink a
+  model, not to speed it up.
 - `bfloat16`: a copy whose weights and activations are bfloat16 (the Keras dtype policy
   `"bfloat16"`); attention softmax, LayerNorm statistics and the output log-probabilities stay
   float32, as under mixed precision. Weights are 2x smaller; on CPUs with AVX512_BF16 (or
-  AMX) TensorFlow's oneDNN matmuls run about 2x faster than float32, which makes it the fast
+  AMX) TensorFlow's oneDNN matmuls run 1.3x-2.0x as fast as float32, which makes it the fast
   CPU path of a SavedModel (no XLA needed). Elsewhere TensorFlow emulates bfloat16 slowly.
 
 Both modes use only TensorFlow core ops, so an export passes the TF Serving op check.
 
-Example:
+Example (not run as a doctest: it needs a trained run directory):
 
 ```python
 translator = Translator.from_run_dir("runs/de-en", quantize="bfloat16")
