@@ -13,11 +13,8 @@ import sys
 import tempfile
 
 import numpy as np
-from _compare_data import Batch
-from _compare_models import build_ours
-from _compare_timing import keras_step, print_table
-
-from keras_transformer.config import load_config
+from _compare_data import Batch, load_saved, save_batches
+from _compare_timing import print_table
 
 # The memory children run `train_compare.py --memory-child`.
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train_compare.py")
@@ -25,19 +22,19 @@ SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train_compare
 
 def memory_child(args: argparse.Namespace) -> None:
     """Builds ours, trains on the saved batches and prints its peak RSS (or error) as JSON."""
+    from _compare_models import build_ours
+
+    from keras_transformer.config import load_config
+
     config = load_config("multi30k_de_en", args.overrides)
     data = np.load(args.memory_child)
-    batches = [
-        ((data[f"source_{i}"], data[f"target_in_{i}"]), data[f"target_out_{i}"])
-        for i in range(int(data["count"]))
-    ]
+    batches = load_saved(data, "m")
     model = build_ours(config, int(data["vocab"]))
     model.run_eagerly = args.memory_eager
     built = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    step = keras_step(model)
     try:
-        for batch in batches:
-            step(batch)
+        for (source, target_in), target_out in batches:
+            model.train_on_batch((source, target_in), target_out)
     except Exception as e:  # reported by the parent
         message = " ".join(str(e).replace("\x1b[1m", "").replace("\x1b[0m", "").split())
         print("MEMORY " + json.dumps({"error": f"{type(e).__name__}: {message[:300]}"}))
@@ -53,12 +50,7 @@ def measure_memory(
     results = {}
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "batches.npz")
-        arrays: dict[str, np.ndarray] = {"count": np.array(len(batches)), "vocab": np.array(vocab)}
-        for i, ((source, target_in), target_out) in enumerate(batches):
-            arrays.update(
-                {f"source_{i}": source, f"target_in_{i}": target_in, f"target_out_{i}": target_out}
-            )
-        np.savez(path, **arrays)
+        save_batches(path, {"m": batches}, vocab=np.array(vocab))
         for remat in ("false", "true"):
             # Linux keeps ru_maxrss across fork + exec, so a child started from this (large)
             # process would report our peak. A shell that forks the child before exiting

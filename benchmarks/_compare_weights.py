@@ -1,5 +1,7 @@
-"""Ours' weights copied into the KerasHub and PyTorch models of `train_compare.py`, for the
-check that the three compute the same function.
+"""Ours' weights as numpy parts (per layer: attention, feed-forward, norms), and those parts
+loaded into the KerasHub model of `train_compare.py` (`_compare_torch.load_ours_weights`
+loads them into the PyTorch one), so that all three start from the same weights and the
+equivalence check compares one function.
 """
 
 from __future__ import annotations
@@ -11,8 +13,8 @@ import numpy as np
 from _compare_models import HubTransformer
 
 
-def copy_weights_from_ours(ours: keras.Model, hub: HubTransformer | None, torch_model) -> None:
-    """Gives the KerasHub and PyTorch models the weights of ours (for the equivalence check)."""
+def ours_parts(ours: keras.Model) -> dict[str, Any]:
+    """Ours' weights as numpy: {"embedding", "encoder", "decoder", "final_norms", "heads"}."""
 
     def numpy(variable) -> np.ndarray:
         return keras.ops.convert_to_numpy(variable)
@@ -51,83 +53,55 @@ def copy_weights_from_ours(ours: keras.Model, hub: HubTransformer | None, torch_
         for stack in (ours.encoder, ours.decoder)
         if stack.final_norm is not None
     ]
-    heads = ours.num_heads
-    d = ours.d_model
+    return {
+        "embedding": embedding,
+        "encoder": encoder,
+        "decoder": decoder,
+        "final_norms": final_norms,
+        "heads": ours.num_heads,
+    }
 
-    if hub is not None:
 
-        def set_hub_attention(mha, w):
-            qk, qb, kk, kb, vk, vb, ok, ob = w
-            for dense, kernel, bias in (
-                (mha._query_dense, qk, qb),
-                (mha._key_dense, kk, kb),
-                (mha._value_dense, vk, vb),
-            ):
-                dense.kernel.assign(kernel.reshape(d, heads, d // heads))
-                dense.bias.assign(bias.reshape(heads, d // heads))
-            mha._output_dense.kernel.assign(ok.reshape(heads, d // heads, d))
-            mha._output_dense.bias.assign(ob)
+def load_hub(hub: HubTransformer, parts: dict[str, Any]) -> None:
+    """Sets ours' weights (`ours_parts`) on the KerasHub model."""
+    heads, embedding = parts["heads"], parts["embedding"]
+    encoder, decoder, final_norms = parts["encoder"], parts["decoder"], parts["final_norms"]
+    d = embedding.shape[1]
 
-        def set_norm(norm, values):
-            norm.gamma.assign(values[0])
-            norm.beta.assign(values[1])
-
-        hub.embedding.embeddings.assign(embedding)
-        for layers, parts_list, kind in (
-            (hub.encoder_layers, encoder, "encoder"),
-            (hub.decoder_layers, decoder, "decoder"),
+    def set_hub_attention(mha, w):
+        qk, qb, kk, kb, vk, vb, ok, ob = w
+        for dense, kernel, bias in (
+            (mha._query_dense, qk, qb),
+            (mha._key_dense, kk, kb),
+            (mha._value_dense, vk, vb),
         ):
-            for layer, parts in zip(layers, parts_list):
-                set_hub_attention(layer._self_attention_layer, parts["self"])
-                norms = [layer._self_attention_layer_norm]
-                if kind == "decoder":
-                    set_hub_attention(layer._cross_attention_layer, parts["cross"])
-                    norms.append(layer._cross_attention_layer_norm)
-                norms.append(layer._feedforward_layer_norm)
-                w1, b1, w2, b2 = parts["ff"]
-                layer._feedforward_intermediate_dense.kernel.assign(w1)
-                layer._feedforward_intermediate_dense.bias.assign(b1)
-                layer._feedforward_output_dense.kernel.assign(w2)
-                layer._feedforward_output_dense.bias.assign(b2)
-                for norm, values in zip(norms, parts["norms"]):
-                    set_norm(norm, values)
-        for norm, values in zip((hub.encoder_norm, hub.decoder_norm), final_norms):
-            set_norm(norm, values)
+            dense.kernel.assign(kernel.reshape(d, heads, d // heads))
+            dense.bias.assign(bias.reshape(heads, d // heads))
+        mha._output_dense.kernel.assign(ok.reshape(heads, d // heads, d))
+        mha._output_dense.bias.assign(ob)
 
-    if torch_model is not None:
-        import torch
+    def set_norm(norm, values):
+        norm.gamma.assign(values[0])
+        norm.beta.assign(values[1])
 
-        def tensor(x: np.ndarray):
-            return torch.from_numpy(np.ascontiguousarray(x))
-
-        def set_torch_attention(mha, w):
-            qk, qb, kk, kb, vk, vb, ok, ob = w
-            mha.in_proj_weight.copy_(tensor(np.concatenate([qk.T, kk.T, vk.T])))
-            mha.in_proj_bias.copy_(tensor(np.concatenate([qb, kb, vb])))
-            mha.out_proj.weight.copy_(tensor(ok.T))
-            mha.out_proj.bias.copy_(tensor(ob))
-
-        with torch.no_grad():
-            torch_model.embedding.weight.copy_(tensor(embedding))
-            for layers, parts_list, kind in (
-                (torch_model.encoder.layers, encoder, "encoder"),
-                (torch_model.decoder.layers, decoder, "decoder"),
-            ):
-                for layer, parts in zip(layers, parts_list):
-                    set_torch_attention(layer.self_attn, parts["self"])
-                    norms = [layer.norm1, layer.norm2]
-                    if kind == "decoder":
-                        set_torch_attention(layer.multihead_attn, parts["cross"])
-                        norms.append(layer.norm3)
-                    w1, b1, w2, b2 = parts["ff"]
-                    layer.linear1.weight.copy_(tensor(w1.T))
-                    layer.linear1.bias.copy_(tensor(b1))
-                    layer.linear2.weight.copy_(tensor(w2.T))
-                    layer.linear2.bias.copy_(tensor(b2))
-                    for norm, (gamma, beta) in zip(norms, parts["norms"]):
-                        norm.weight.copy_(tensor(gamma))
-                        norm.bias.copy_(tensor(beta))
-            stacks = (torch_model.encoder.norm, torch_model.decoder.norm)
-            for norm, (gamma, beta) in zip(stacks, final_norms):
-                norm.weight.copy_(tensor(gamma))
-                norm.bias.copy_(tensor(beta))
+    hub.embedding.embeddings.assign(embedding)
+    for layers, parts_list, kind in (
+        (hub.encoder_layers, encoder, "encoder"),
+        (hub.decoder_layers, decoder, "decoder"),
+    ):
+        for layer, p in zip(layers, parts_list):
+            set_hub_attention(layer._self_attention_layer, p["self"])
+            norms = [layer._self_attention_layer_norm]
+            if kind == "decoder":
+                set_hub_attention(layer._cross_attention_layer, p["cross"])
+                norms.append(layer._cross_attention_layer_norm)
+            norms.append(layer._feedforward_layer_norm)
+            w1, b1, w2, b2 = p["ff"]
+            layer._feedforward_intermediate_dense.kernel.assign(w1)
+            layer._feedforward_intermediate_dense.bias.assign(b1)
+            layer._feedforward_output_dense.kernel.assign(w2)
+            layer._feedforward_output_dense.bias.assign(b2)
+            for norm, values in zip(norms, p["norms"]):
+                set_norm(norm, values)
+    for norm, values in zip((hub.encoder_norm, hub.decoder_norm), final_norms):
+        set_norm(norm, values)

@@ -1,11 +1,14 @@
 """What a benchmark prints about the machine, with the standard library only (a benchmark's
-parent process, which never imports TensorFlow, uses it too): the CPU model and the busy
-CPU time of the whole machine, from which other processes' share is read."""
+parent process, which never imports TensorFlow, uses it too): the CPU model, the busy CPU
+time of the whole machine, and from it the cores other processes keep busy (`OtherLoad`)."""
 
 from __future__ import annotations
 
+import math
 import os
 import platform
+import resource
+import time
 
 
 def cpu_model() -> str:
@@ -21,9 +24,38 @@ def cpu_model() -> str:
 
 
 def machine_cpu_seconds() -> tuple[float, float]:
-    """(busy, total) CPU seconds of all cores since boot (/proc/stat; iowait counts as idle)."""
+    """(busy, total) CPU seconds of all cores since boot (/proc/stat; iowait counts as idle;
+    guest time is left out, as the kernel already counts it in user time)."""
     with open("/proc/stat", encoding="ascii") as f:
-        fields = [int(v) for v in f.readline().split()[1:]]
+        fields = [int(v) for v in f.readline().split()[1:9]]
     ticks = os.sysconf("SC_CLK_TCK")
     idle = fields[3] + fields[4]
     return (sum(fields) - idle) / ticks, sum(fields) / ticks
+
+
+def _busy_and_own_seconds() -> tuple[float, float] | None:
+    """(busy CPU seconds of the machine, CPU seconds of this process), or None without
+    /proc/stat."""
+    try:
+        busy = machine_cpu_seconds()[0]
+    except (OSError, ValueError, IndexError):
+        return None
+    own = resource.getrusage(resource.RUSAGE_SELF)  # all of this process' threads
+    return busy, own.ru_utime + own.ru_stime
+
+
+class OtherLoad:
+    """Measures how many cores other processes keep busy between `start()` and `cores()`:
+    the machine's busy CPU seconds less this process' own, over the wall time."""
+
+    def start(self) -> None:
+        self.wall = time.perf_counter()
+        self.counters = _busy_and_own_seconds()
+
+    def cores(self) -> float:
+        """Cores used by other processes since `start()` (NaN where /proc/stat is missing)."""
+        now = _busy_and_own_seconds()
+        if now is None or self.counters is None:
+            return math.nan
+        busy, own = now[0] - self.counters[0], now[1] - self.counters[1]
+        return max(0.0, busy - own) / (time.perf_counter() - self.wall)

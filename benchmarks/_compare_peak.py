@@ -1,0 +1,51 @@
+"""The machine's sustained matmul throughput, one framework per process (`train_compare.py
+--peak tf|torch`): after a warm-up of `warmup_s` seconds of matmuls, square matmuls of each
+size and dtype run back to back for `seconds` each; the figure is their FLOPs over that time.
+The common peak of the MFU is the best over both frameworks and all sizes, per dtype.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+SIZES = (1024, 2048, 4096)
+DTYPES = ("float32", "bfloat16")
+
+
+def _matmul(framework: str, size: int, dtype: str) -> Callable[[], None]:
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((size, size), dtype=np.float32)
+    b = rng.standard_normal((size, size), dtype=np.float32)
+    if framework == "tf":
+        import tensorflow as tf
+
+        x, y = tf.cast(tf.constant(a), dtype), tf.cast(tf.constant(b), dtype)
+        return lambda: tf.linalg.matmul(x, y).numpy()
+    import torch
+
+    x = torch.from_numpy(a).to(getattr(torch, dtype))
+    y = torch.from_numpy(b).to(getattr(torch, dtype))
+    return lambda: torch.matmul(x, y)
+
+
+def _sustained(run: Callable[[], None], size: int, seconds: float) -> float:
+    """GFLOP/s of `run` called back to back for at least `seconds`."""
+    run()
+    count, start = 0, time.perf_counter()
+    while (elapsed := time.perf_counter() - start) < seconds or count < 3:
+        run()
+        count += 1
+    return 2 * size**3 * count / elapsed / 1e9
+
+
+def measure(framework: str, seconds: float, warmup_s: float) -> dict[str, dict[int, float]]:
+    """{dtype: {size: sustained GFLOP/s}} of `framework` ("tf" or "torch")."""
+    warm = _matmul(framework, SIZES[1], DTYPES[0])
+    _sustained(warm, SIZES[1], warmup_s)
+    return {
+        dtype: {size: _sustained(_matmul(framework, size, dtype), size, seconds) for size in SIZES}
+        for dtype in DTYPES
+    }
