@@ -15,7 +15,7 @@ from typing import Any
 import keras
 import numpy as np
 import tensorflow as tf
-from _compare_models import Arch
+from _compare_spec import Arch
 from _compare_timing import training_flops
 from train_throughput import _accuracy_metric
 
@@ -76,7 +76,7 @@ def survey(batches: tf.data.Dataset, arch: Arch) -> tuple[list[Any], float]:
     for batch in batches.as_numpy_iterator():
         (source, target_in), target_out = batch
         by_shape.setdefault((source.shape, target_in.shape), batch)
-        flops += training_flops(arch, batch)
+        flops += training_flops(arch, batch)[0]  # real tokens only (MFU)
         tokens += np.count_nonzero(target_out)
     if not by_shape:
         raise SystemExit("gpu.py: the training data makes no full batch; lower the batch size.")

@@ -25,8 +25,8 @@ pass over the training data finds that set, and the warm-up trains one batch of 
 (XLA compiles every shape there) and then `--warmup` more steps before the measured steps.
 
 MFU is model FLOP/s over the devices' peak. The FLOPs of a batch are
-`_compare_timing.training_flops` (the matmuls of forward and backward, padded positions
-included: see `train_compare.py`); the pass over the data gives the FLOPs per real target
+`_compare_timing.training_flops` (the matmuls of forward and backward over each sentence's
+real length, as `train_compare.py`'s MFU); the pass over the data gives the FLOPs per real target
 token, which times the measured tokens/s gives FLOP/s. The peak per device is
 `--peak-tflops`, else measured on one device: square matmuls of `--peak-sizes` (4096 and
 8192) in the policy's compute type (bfloat16, float16 or float32), XLA-compiled, the best of
