@@ -48,7 +48,7 @@ Baselines: ours (fp32) on the same sentences batched as a user without length bu
 shuffled into as many batches, each padded to its own longest; and ours' peak RSS with and
 without remat (`model.remat`) on the recipe's own batches, a fresh process each.
 
-Run (needs the `bench` extra: `pip install -e ".[bench]"`; about 25 minutes on an idle
+Run (needs the `bench` extra: `pip install -e ".[bench]"`; about 28 minutes on an idle
 2-core CPU with the defaults):
 
     python benchmarks/train_compare.py [--steps 20] [--repeats 3] [--sides ...] \
