@@ -83,7 +83,7 @@ def _timed(worker: Worker, command: str, max_others: float) -> tuple[Repetition,
         attempt += 1
 
 
-def run_comparison(args: argparse.Namespace, sides: list[str], prepared: Prepared, child, _):
+def run_comparison(args: argparse.Namespace, sides: list[str], prepared: Prepared, child):
     describe_machine(_versions(), args.torch_threads)
     for line in prepared.description:
         print(line)

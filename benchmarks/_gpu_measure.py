@@ -19,9 +19,8 @@ from _compare_spec import Arch
 from _compare_timing import training_flops
 from train_throughput import _accuracy_metric
 
-from keras_transformer.data import bucket_batches, default_bucket_lengths
 from keras_transformer.predictors import Translator
-from keras_transformer.training import TransformerSchedule, compile_model
+from keras_transformer.runner import build_and_compile
 
 
 @dataclasses.dataclass
@@ -51,21 +50,9 @@ class StepMeter(keras.callbacks.Callback):
 
 
 def fixed_shape_batches(task: Any, data: Any, tokenizers: tuple[Any, Any]) -> tf.data.Dataset:
-    """The task's training batches (`Task.make_batches`' arguments) with full batches only,
-    so every batch has one of a fixed set of shapes (with `data.pad_to_bucket`)."""
-    d, longest = task.config.data, task.section.longest
-    return bucket_batches(
-        task.encode(data.dataset, tokenizers),
-        batch_size=d.batch_size,
-        tokens_per_batch=d.tokens_per_batch,
-        bucket_lengths=default_bucket_lengths(longest, d.bucket_step),
-        max_length=longest,
-        pad_to_bucket=d.pad_to_bucket,
-        shuffle=True,
-        shuffle_buffer_size=d.shuffle_buffer_size,
-        seed=task.config.training.seed,
-        drop_remainder=True,
-    )
+    """The task's training batches with full batches only, so every batch has one of a
+    fixed set of shapes (with `data.pad_to_bucket`)."""
+    return task.make_batches(data, tokenizers, shuffle=True, drop_remainder=True)
 
 
 def survey(batches: tf.data.Dataset, arch: Arch) -> tuple[list[Any], float]:
@@ -104,30 +91,10 @@ def train_row(
     stream = warm.concatenate(batches.repeat())
     total = len(shapes) + warmup + steps
     keras.utils.set_random_seed(t.seed)
-    with strategy.scope():
-        model = task.build_model(tokenizers, None)
-        loss, metrics = task.loss_and_metrics(t.label_smoothing)
-        schedule = TransformerSchedule(
-            model.d_model,
-            t.warmup_steps,
-            t.learning_rate_scale,
-            decay=t.lr_decay,
-            # The rate does not change the step time; a linear decay needs an end past warmup.
-            total_steps=max(total, t.warmup_steps + 1),
-        )
-        compile_model(
-            model,
-            learning_rate=schedule,
-            strategy=strategy,
-            loss=loss,
-            metrics=metrics,
-            beta_1=t.beta_1,
-            beta_2=t.beta_2,
-            epsilon=t.epsilon,
-            clipnorm=t.clipnorm,
-            global_clipnorm=t.global_clipnorm,
-            jit_compile=True,
-        )
+    # The rate does not change the step time; a linear decay needs an end past warmup.
+    model, _ = build_and_compile(
+        task, tokenizers, None, strategy, max(total, t.warmup_steps + 1), jit_compile=True
+    )
     meter = StepMeter()
     start = time.perf_counter()
     model.fit(stream, epochs=1, steps_per_epoch=total, callbacks=[meter], verbose=0, shuffle=False)

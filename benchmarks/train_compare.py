@@ -156,10 +156,6 @@ def _child(*flags: str, args: argparse.Namespace) -> list[str]:
     return command
 
 
-def _messages(text: str) -> list[dict]:
-    return [json.loads(x[4:]) for x in text.splitlines() if x.startswith("MSG ")]
-
-
 def main() -> None:
     args = _arguments()
     if args.prepare:
@@ -206,7 +202,7 @@ def main() -> None:
         )
         if done.returncode:
             sys.exit(f"train_compare.py: preparing the batches failed (exit {done.returncode}).")
-        run_comparison(args, sides, Prepared.load(folder), _child, _messages)
+        run_comparison(args, sides, Prepared.load(folder), _child)
 
 
 def _prepare_flags(args: argparse.Namespace) -> list[str]:

@@ -14,6 +14,18 @@ print(evaluate_run(result.paths.root, "test").format())
 """
 
 from keras_transformer.runner.evaluate import evaluate_run, run_config
-from keras_transformer.runner.train import TrainingResult, train, training_data
+from keras_transformer.runner.train import (
+    TrainingResult,
+    build_and_compile,
+    train,
+    training_data,
+)
 
-__all__ = ["TrainingResult", "evaluate_run", "run_config", "train", "training_data"]
+__all__ = [
+    "TrainingResult",
+    "build_and_compile",
+    "evaluate_run",
+    "run_config",
+    "train",
+    "training_data",
+]

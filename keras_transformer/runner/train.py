@@ -145,24 +145,9 @@ def train(
             )
         logger.info("An epoch is %d steps.", steps_per_epoch)
 
-    with strategy.scope():
-        model = task.build_model(tokenizers, train_data.labels)
-        loss, metrics = task.loss_and_metrics(t.label_smoothing)
-        schedule = TransformerSchedule(
-            model.d_model,
-            t.warmup_steps,
-            t.learning_rate_scale,
-            decay=t.lr_decay,
-            total_steps=t.epochs * steps_per_epoch,
-        )
-        compile_model(
-            model,
-            learning_rate=schedule,
-            strategy=strategy,
-            loss=loss,
-            metrics=metrics,
-            **_optimizer_options(config),
-        )
+    model, schedule = build_and_compile(
+        task, tokenizers, train_data.labels, strategy, t.epochs * steps_per_epoch
+    )
     logger.info(
         "Model: %d parameters; jit_compile=%s (per replica: %s).",
         model.count_params(),
@@ -255,6 +240,43 @@ def _given_data(
         wrap(train_data, "train_data"),
         None if validation_data is None else wrap(validation_data, "validation_data"),
     )
+
+
+def build_and_compile(
+    task: Any,
+    tokenizers: tuple[Any, Any],
+    labels: tuple[str, ...] | None,
+    strategy: tf.distribute.Strategy,
+    total_steps: int,
+    **compile_options: Any,
+) -> tuple[keras.Model, TransformerSchedule]:
+    """The task's model built and compiled under `strategy` as `train` does: its loss and
+    metrics, Adam on the config's schedule (decaying over `total_steps`) and the `training`
+    section's optimizer options, `compile_options` (e.g. `jit_compile=True`) over them.
+
+    Returns:
+        `(model, schedule)`.
+    """
+    t = task.config.training
+    with strategy.scope():
+        model = task.build_model(tokenizers, labels)
+        loss, metrics = task.loss_and_metrics(t.label_smoothing)
+        schedule = TransformerSchedule(
+            model.d_model,
+            t.warmup_steps,
+            t.learning_rate_scale,
+            decay=t.lr_decay,
+            total_steps=total_steps,
+        )
+        compile_model(
+            model,
+            learning_rate=schedule,
+            strategy=strategy,
+            loss=loss,
+            metrics=metrics,
+            **{**_optimizer_options(task.config), **compile_options},
+        )
+    return model, schedule
 
 
 def _optimizer_options(config: ExperimentConfig) -> dict[str, Any]:

@@ -192,10 +192,13 @@ class Task(abc.ABC):
         *,
         shuffle: bool,
         batch_size: int | None = None,
+        drop_remainder: bool = False,
     ) -> tf.data.Dataset:
         """The encoded, length-bucketed, padded `(x, y)` batches of `data`
         (`data.batching.bucket_batches`), as the config's `data` section says
-        (`batch_size` overrides it) up to the section's longest example."""
+        (`batch_size` overrides it) up to the section's longest example;
+        `drop_remainder` keeps full batches only (with `data.pad_to_bucket`, a fixed set of
+        shapes, as XLA wants)."""
         d, longest = self.config.data, self.section.longest
         return bucket_batches(
             self.encode(data.dataset, tokenizers),
@@ -207,6 +210,7 @@ class Task(abc.ABC):
             shuffle=shuffle,
             shuffle_buffer_size=d.shuffle_buffer_size,
             seed=self.config.training.seed,
+            drop_remainder=drop_remainder,
         )
 
     # Model.
