@@ -80,3 +80,37 @@ def test_task_batches_by_tokens_fit_the_budget_and_pad_to_buckets(tokenizer, tas
     for batch, length in shapes:
         largest[length] = max(batch, largest.get(length, 0))
     assert any(batch == budget // length for length, batch in largest.items())
+
+
+def _pass(batches):
+    """One pass: each batch as (rows, longest length) and its examples' lengths."""
+    return [(tuple(sorted(label.numpy() // 10)), a.shape[1]) for (a, _), label in batches]
+
+
+def test_batch_shuffling_spreads_the_end_of_pass_remainders_and_keeps_every_example():
+    # 20 buckets of 5 examples each, 3 a batch: every bucket fills one batch during the pass
+    # and flushes a 2-example remainder at its end, shortest bucket first.
+    lengths = [n for n in range(1, 21) for _ in range(5)]
+    options = dict(batch_size=3, bucket_lengths=list(range(1, 21)), shuffle_buffer_size=100)
+    in_fill_order = bucket_batches(_examples(lengths), seed=3, **options)
+    first = _pass(in_fill_order)
+    assert [longest for _, longest in first[-20:]] == list(range(1, 21))
+    assert all(len(rows) == 2 for rows, _ in first[-20:])
+
+    shuffled = bucket_batches(_examples(lengths), seed=3, batch_shuffle_buffer_size=40, **options)
+    passes = [_pass(shuffled) for _ in range(3)]
+    for batches in passes:
+        # The same examples, each once a pass, in batches of one bucket.
+        assert sorted(n for rows, _ in batches for n in rows) == sorted(lengths)
+        assert all(set(rows) == {longest} for rows, longest in batches)
+    # The remainders no longer close each pass in length order.
+    tails = [[longest for _, longest in batches[-20:]] for batches in passes]
+    assert all(tail != list(range(1, 21)) for tail in tails)
+    assert len({tuple(t) for t in tails}) > 1  # reshuffled each pass
+
+
+def test_batch_shuffle_buffer_size_is_checked():
+    with pytest.raises(ValueError, match="batch_shuffle_buffer_size"):
+        bucket_batches(
+            _examples([1, 2]), batch_size=2, bucket_lengths=[2], batch_shuffle_buffer_size=0
+        )

@@ -86,3 +86,10 @@ def test_split_off_holds_out_the_last_examples():
     assert [int(x) for x in held_out] == [9] and counts.total == 10
     with pytest.raises(ValueError, match="fewer"):
         split_off(numbers, 10)
+
+
+@pytest.mark.parametrize("value", [0, -1, 2.5])
+def test_batch_shuffle_buffer_size_must_be_a_positive_count_or_null(value):
+    with pytest.raises(ValueError, match="data.batch_shuffle_buffer_size"):
+        load_config(None, {"data.batch_shuffle_buffer_size": value})
+    assert load_config(None, {}).data.batch_shuffle_buffer_size is None

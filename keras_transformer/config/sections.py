@@ -92,6 +92,11 @@ class DataConfig:
             pinned down). 8 is the default.
         pad_to_bucket: pad batches to bucket lengths (fixed shapes, good for XLA).
         shuffle_buffer_size: the shuffle buffer, in examples.
+        batch_shuffle_buffer_size: also shuffle the training batches, in a buffer of this
+            many batches (None: batches in the order their length buckets fill, which ends
+            every epoch with each bucket's last, smaller batch, shortest bucket first: the
+            last 7 of the Multi30k recipe's 149 batches at bucket step 8, the last 26 of 141,
+            of 2 to 331 sentences, at step 2).
     """
 
     source: str = "multi30k"
@@ -111,6 +116,7 @@ class DataConfig:
     bucket_step: int = 8
     pad_to_bucket: bool = False
     shuffle_buffer_size: int = 20_000
+    batch_shuffle_buffer_size: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_built", True)
@@ -207,7 +213,12 @@ def validate_data(d: DataConfig) -> None:
     """Checks the `data` section; raises `ValueError` naming the key."""
     for key in ("vocab_size", "shuffle_buffer_size", "tokenizer_max_sentences", "bucket_step"):
         check_positive_int(f"data.{key}", getattr(d, key))
-    for key in ("max_train_examples", "max_validation_examples", "tokens_per_batch"):
+    for key in (
+        "max_train_examples",
+        "max_validation_examples",
+        "tokens_per_batch",
+        "batch_shuffle_buffer_size",
+    ):
         check_optional(check_positive_int, f"data.{key}", getattr(d, key))
     check_optional(check_positive_int, "data.batch_size", d.batch_size)
     check_optional(check_holdout, "data.validation_holdout", d.validation_holdout)

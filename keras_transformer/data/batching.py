@@ -63,6 +63,7 @@ def bucket_batches(
     pad_to_bucket: bool = False,
     shuffle: bool = True,
     shuffle_buffer_size: int = 20_000,
+    batch_shuffle_buffer_size: int | None = None,
     seed: int | None = None,
     cache: bool | str = True,
     drop_remainder: bool = False,
@@ -87,6 +88,12 @@ def bucket_batches(
             max_length`; a longer example fails the iteration).
         shuffle: shuffle the examples (each epoch anew).
         shuffle_buffer_size: the shuffle buffer, in examples.
+        batch_shuffle_buffer_size: with `shuffle`, also shuffle the batches in a buffer of
+            this many batches (None: batches leave in the order their buckets fill). A
+            bucket emits a batch when it is full, and at the end of each pass every bucket's
+            last, smaller batch follows, shortest bucket first: with many buckets (a small
+            bucket step) a pass ends with a run of small batches of ever longer examples,
+            which a buffer at least that long spreads over the pass.
         seed: the shuffle seed.
         cache: `True` caches the examples in memory, a string caches them in that file,
             `False` does not cache.
@@ -108,6 +115,8 @@ def bucket_batches(
     else:
         check_positive_int("tokens_per_batch", tokens_per_batch)
     check_positive_int("shuffle_buffer_size", shuffle_buffer_size)
+    if batch_shuffle_buffer_size is not None:
+        check_positive_int("batch_shuffle_buffer_size", batch_shuffle_buffer_size)
     bucket_lengths = list(check_lengths("bucket_lengths", list(bucket_lengths), increasing=True))
     if max_length is not None:
         check_positive_int("max_length", max_length)
@@ -144,6 +153,12 @@ def bucket_batches(
         pad_to_bucket_boundary=pad_to_bucket,
         drop_remainder=drop_remainder,
     )
+    if shuffle and batch_shuffle_buffer_size:
+        batches = batches.shuffle(
+            batch_shuffle_buffer_size,
+            seed=None if seed is None else seed + 1,
+            reshuffle_each_iteration=True,
+        )
     return batches.prefetch(tf.data.AUTOTUNE)
 
 

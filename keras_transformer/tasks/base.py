@@ -209,6 +209,7 @@ class Task(abc.ABC):
             pad_to_bucket=d.pad_to_bucket,
             shuffle=shuffle,
             shuffle_buffer_size=d.shuffle_buffer_size,
+            batch_shuffle_buffer_size=d.batch_shuffle_buffer_size,
             seed=self.config.training.seed,
             drop_remainder=drop_remainder,
         )

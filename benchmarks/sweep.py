@@ -1,0 +1,263 @@
+"""Trains a list of recipe variants under one time budget and prints validation BLEU for each.
+
+A sweep file (YAML) names a packaged config (or a config file), the budget in minutes
+(or null: no time budget, the config's `training.epochs`, for variants compared step for
+step),
+overrides every variant shares, and the variants, each a set of `--set` overrides:
+
+```yaml
+config: multi30k_de_en
+budget_minutes: 12
+common: {training.warmup_steps: 200}
+variants:
+  baseline: {}
+  bf16: {training.dtype_policy: mixed_bfloat16}
+```
+
+Each variant trains in its own process (`keras-transformer train`, a fresh run directory
+`WORK_DIR/NAME`, `training.max_minutes` set to the budget, so the learning rate reaches zero
+when it ends), one after the other. Then this process translates the whole validation split
+(greedy, and beam search with `--beam-size`) and scores it with sacreBLEU (cased, 13a). The
+test split is never read here: choices are made on validation. Each variant's row is saved
+as `WORK_DIR/NAME/sweep.json` (a variant that has one is not trained again, so an interrupted
+sweep goes on where it stopped), and the table is printed at the end: steps, minutes, the
+validation BLEU curve the run logged while training (`bleu.jsonl`: greedy, the recipe's
+`bleu_max_sentences`), BLEU on the whole split, the beam outputs' length ratio, outputs that
+loop (a word 3-gram three times or more), and the cores other processes kept busy.
+
+    python benchmarks/sweep.py benchmarks/sweeps/multi30k_screen.yaml --work-dir runs/sweep
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from collections import Counter
+
+import yaml
+from _machine import cpu_model, machine_cpu_seconds
+
+from keras_transformer.constants import MULTI30K_DIR_ENV_VAR
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROW_FILE = "sweep.json"
+TRAINED_FILE = "sweep_train.json"  # written when training ends: scoring alone can be redone
+SWEEP_KEYS = {"config", "budget_minutes", "common", "variants"}
+
+
+def load_sweep(path: str) -> dict:
+    """Reads and checks a sweep file; returns its fields with `common` defaulted to {}."""
+    with open(path, encoding="utf-8") as f:
+        sweep = yaml.safe_load(f)
+    if not isinstance(sweep, dict) or not {"config", "budget_minutes", "variants"} <= set(sweep):
+        raise ValueError(
+            f"Received an invalid sweep file {path}: expected a mapping with the keys "
+            f"{sorted(SWEEP_KEYS)} ('common' optional). Received: {sweep!r:.200}"
+        )
+    unknown = set(sweep) - SWEEP_KEYS
+    if unknown:
+        raise ValueError(
+            f"Received unknown keys {sorted(unknown)} in the sweep file {path}, expected only "
+            f"{sorted(SWEEP_KEYS)}"
+        )
+    budget = sweep["budget_minutes"]
+    if budget is not None and (
+        isinstance(budget, bool) or not isinstance(budget, (int, float)) or budget <= 0
+    ):
+        raise ValueError(
+            "Received an invalid value for `budget_minutes`, expected a positive number of "
+            f"minutes or null (the config's epochs). Received: budget_minutes={budget!r}"
+        )
+    sweep.setdefault("common", {})
+    variants = sweep["variants"]
+    if not isinstance(variants, dict) or not variants:
+        raise ValueError(
+            "Received an invalid value for `variants`, expected a mapping of names to "
+            f"overrides, at least one. Received: variants={variants!r:.200}"
+        )
+    for name, overrides in [("common", sweep["common"]), *variants.items()]:
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", str(name)):
+            raise ValueError(
+                "Received an invalid variant name, expected letters, digits, '_', '.' or '-' "
+                f"(it names a folder). Received: {name!r}"
+            )
+        if overrides is not None and not isinstance(overrides, dict):
+            raise ValueError(
+                f"Received invalid overrides for {name!r}, expected a mapping of config keys "
+                f"to values. Received: {overrides!r}"
+            )
+    return sweep
+
+
+def variant_overrides(sweep: dict, name: str) -> list[str]:
+    """The `--set` overrides of a variant: the budget (null: none), then `common`, then its
+    own."""
+    merged = {"training.max_minutes": sweep["budget_minutes"], **(sweep["common"] or {})}
+    merged.update(sweep["variants"][name] or {})
+    return [f"{key}={json.dumps(value)}" for key, value in merged.items()]
+
+
+def loops(sentence: str) -> bool:
+    """Whether a word 3-gram occurs three times or more in the sentence."""
+    words = sentence.split()
+    counts = Counter(tuple(words[i : i + 3]) for i in range(len(words) - 2))
+    return bool(counts) and max(counts.values()) >= 3
+
+
+def train_variant(sweep: dict, name: str, run_dir: str, multi30k: str) -> dict:
+    """Trains one variant in its own process; returns its minutes and the others' cores."""
+    if os.path.exists(run_dir):
+        shutil.rmtree(run_dir)  # a half-trained run would resume on another clock
+    command = [
+        sys.executable,
+        "-m",
+        "keras_transformer.cli",
+        "train",
+        "--config",
+        sweep["config"],
+        "--run-dir",
+        run_dir,
+        "--set",
+        f"translation.local_dir={multi30k}",
+    ]
+    for override in variant_overrides(sweep, name):
+        command += ["--set", override]
+    busy_before = machine_cpu_seconds()[0]
+    children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    os.makedirs(run_dir)
+    with open(os.path.join(run_dir, "sweep_train.log"), "w", encoding="utf-8") as log:
+        code = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT)
+    wall = time.perf_counter() - start
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    child_seconds = (children.ru_utime - children_before.ru_utime) + (
+        children.ru_stime - children_before.ru_stime
+    )
+    if code:
+        raise RuntimeError(
+            f"Training the variant {name!r} failed (exit status {code}); its log: "
+            f"{os.path.join(run_dir, 'sweep_train.log')}"
+        )
+    others = max(0.0, machine_cpu_seconds()[0] - busy_before - child_seconds) / wall
+    return {"wall_minutes": wall / 60, "others_cores": others}
+
+
+def score_variant(run_dir: str, multi30k: str, beam_size: int | None) -> dict:
+    """BLEU of the whole validation split, greedy and (with `beam_size`) beam search."""
+    from recipe import SETS, read
+
+    from keras_transformer.evaluation import score_corpus
+    from keras_transformer.predictors import Translator
+
+    sources, references = (read(multi30k, name) for name in SETS["val"])
+    row = {}
+    for method, beam in (("greedy", 1), ("beam", beam_size)):
+        if not beam:
+            continue
+        translator = Translator.from_run_dir(run_dir, batch_size=128, beam_size=beam)
+        hypotheses = translator.translate(sources)
+        result = score_corpus(hypotheses, references, metrics=("bleu",))
+        ratio = re.search(r"ratio = ([0-9.]+)", result.details["bleu"])
+        row[f"val_{method}"] = round(result.scores["bleu"], 2)
+        row[f"val_{method}_ratio"] = float(ratio.group(1)) if ratio else None
+        row[f"val_{method}_loops"] = sum(loops(h) for h in hypotheses)
+        row["signature"] = result.signatures["bleu"]
+    return row
+
+
+def run_variant(sweep: dict, name: str, args: argparse.Namespace) -> dict:
+    run_dir = os.path.join(args.work_dir, name)
+    row_path = os.path.join(run_dir, ROW_FILE)
+    if os.path.exists(row_path):
+        with open(row_path, encoding="utf-8") as f:
+            return json.load(f)
+    row = {"variant": name, "overrides": dict(sweep["variants"][name] or {})}
+    trained_path = os.path.join(run_dir, TRAINED_FILE)
+    if not os.path.exists(trained_path):
+        trained = train_variant(sweep, name, run_dir, args.multi30k_dir)
+        write_json(trained_path, trained)
+    with open(trained_path, encoding="utf-8") as f:
+        row.update(json.load(f))
+    with open(os.path.join(run_dir, "bleu.jsonl"), encoding="utf-8") as f:
+        records = [json.loads(line) for line in f if line.strip()]
+    row["curve"] = [(r["minutes"], r["bleu"]) for r in records]
+    row["epochs"], row["steps"] = records[-1]["epoch"], records[-1]["step"]
+    row.update(score_variant(run_dir, args.multi30k_dir, args.beam_size))
+    write_json(row_path, row)
+    return row
+
+
+def write_json(path: str, value: dict) -> None:
+    """Writes `value` to `path` whole or not at all."""
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump(value, f, indent=1)
+    os.replace(path + ".tmp", path)
+
+
+def table(rows: list[dict]) -> str:
+    """The sweep's Markdown table, one row per variant."""
+    lines = [
+        "| variant | overrides | steps (epochs) | minutes | val BLEU while training "
+        "(minutes: BLEU) | val greedy | val beam | beam ratio | looping | others |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        overrides = ", ".join(f"{k}={v}" for k, v in r["overrides"].items()) or "(none)"
+        curve = ", ".join(f"{m:.0f}: {b:.1f}" for m, b in r["curve"])
+        beam = f"{r['val_beam']:.2f}" if "val_beam" in r else "-"
+        ratio = f"{r['val_beam_ratio']:.3f}" if "val_beam" in r else "-"
+        looping = r.get("val_beam_loops", r["val_greedy_loops"])
+        lines.append(
+            f"| {r['variant']} | {overrides} | {r['steps']} ({r['epochs']}) "
+            f"| {r['wall_minutes']:.1f} | {curve} | {r['val_greedy']:.2f} | {beam} | {ratio} "
+            f"| {looping} | {r['others_cores']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("sweep", help="the sweep file (YAML)")
+    parser.add_argument("--work-dir", required=True, help="one run directory per variant here")
+    parser.add_argument("--only", action="append", default=[], help="train only these variants")
+    parser.add_argument("--beam-size", type=int, default=None, help="also score beam search")
+    parser.add_argument(
+        "--multi30k-dir",
+        default=os.environ.get(
+            MULTI30K_DIR_ENV_VAR, os.path.join(HERE, "..", "..", "shared", "data", "multi30k")
+        ),
+    )
+    args = parser.parse_args()
+    args.multi30k_dir = os.path.abspath(args.multi30k_dir)
+    sweep = load_sweep(args.sweep)
+    names = args.only or list(sweep["variants"])
+    missing = [n for n in names if n not in sweep["variants"]]
+    if missing:
+        parser.error(f"unknown variants {missing}; the sweep has {list(sweep['variants'])}")
+    print(
+        f"Sweep {args.sweep}: {sweep['config']}, "
+        + (
+            f"{sweep['budget_minutes']} minutes a variant"
+            if sweep["budget_minutes"]
+            else "no time budget (the config's epochs)"
+        )
+        + ", "
+        f"common overrides {sweep['common']}; {os.cpu_count()} cores ({cpu_model()})",
+        flush=True,
+    )
+    rows = []
+    for name in names:
+        rows.append(run_variant(sweep, name, args))
+        print(f"{name}: {json.dumps(rows[-1])}", flush=True)
+    print(table(rows))
+
+
+if __name__ == "__main__":
+    main()

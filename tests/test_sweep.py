@@ -1,0 +1,103 @@
+"""`benchmarks/sweep.py`: the sweep file's checks, each variant's overrides, the looping
+check and the table (the training itself is what `keras-transformer train` does, tested in
+tests/test_training_*.py)."""
+
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "benchmarks"))
+
+import sweep  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def write(tmp_path, text: str) -> str:
+    path = tmp_path / "sweep.yaml"
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+def test_packaged_screen_loads_and_keeps_the_recipes_peak():
+    loaded = sweep.load_sweep(os.path.join(ROOT, "benchmarks", "sweeps", "multi30k_screen.yaml"))
+    assert loaded["config"] == "multi30k_de_en" and "baseline" in loaded["variants"]
+    common = loaded["common"]
+    # The screen's shorter warm-up keeps the recipe's peak rate: scale / sqrt(warmup).
+    peak = common["training.learning_rate_scale"] / common["training.warmup_steps"] ** 0.5
+    assert peak == pytest.approx(0.5 / 400**0.5, rel=1e-4)
+
+
+def test_overrides_are_the_budget_then_common_then_the_variants_own(tmp_path):
+    path = write(
+        tmp_path,
+        "config: multi30k_de_en\nbudget_minutes: 7.5\n"
+        "common: {training.warmup_steps: 200, data.bucket_step: 8}\n"
+        "variants:\n  base: {}\n  fine: {data.bucket_step: 2, training.dtype_policy: "
+        "mixed_bfloat16}\n",
+    )
+    loaded = sweep.load_sweep(path)
+    assert sweep.variant_overrides(loaded, "base") == [
+        "training.max_minutes=7.5",
+        "training.warmup_steps=200",
+        "data.bucket_step=8",
+    ]
+    assert sweep.variant_overrides(loaded, "fine") == [
+        "training.max_minutes=7.5",
+        "training.warmup_steps=200",
+        "data.bucket_step=2",
+        'training.dtype_policy="mixed_bfloat16"',
+    ]
+
+
+def test_common_may_be_left_out(tmp_path):
+    loaded = sweep.load_sweep(write(tmp_path, "config: c\nbudget_minutes: 1\nvariants: {a: {}}\n"))
+    assert loaded["common"] == {}
+    assert sweep.variant_overrides(loaded, "a") == ["training.max_minutes=1"]
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("budget_minutes: 1\nvariants: {a: {}}\n", "expected a mapping with the keys"),
+        ("config: c\nbudget_minutes: 0\nvariants: {a: {}}\n", "budget_minutes=0"),
+        ("config: c\nbudget_minutes: true\nvariants: {a: {}}\n", "budget_minutes=True"),
+        ("config: c\nbudget_minutes: 1\nvariants: {}\n", "at least one"),
+        ("config: c\nbudget_minutes: 1\nvariants: {a/b: {}}\n", "'a/b'"),
+        ("config: c\nbudget_minutes: 1\nvariants: {a: [x]}\n", "invalid overrides for 'a'"),
+        ("config: c\nbudget_minutes: 1\nvariants: {a: {}}\nbudget: 2\n", "unknown keys"),
+    ],
+)
+def test_invalid_sweep_files_are_refused_with_what_was_wrong(tmp_path, text, message):
+    with pytest.raises(ValueError, match=message.replace("[", r"\[")):
+        sweep.load_sweep(write(tmp_path, text))
+
+
+def test_loops_finds_a_three_times_repeated_trigram_only():
+    assert sweep.loops("a man in a red shirt a man in a red shirt a man in a red shirt")
+    assert not sweep.loops("a man in a red shirt and a man in a blue shirt .")
+    assert not sweep.loops("")
+
+
+def test_table_has_a_row_per_variant_with_and_without_beam():
+    base = {
+        "variant": "base",
+        "overrides": {},
+        "steps": 420,
+        "epochs": 3,
+        "wall_minutes": 12.04,
+        "curve": [(6.1, 20.13), (12.0, 28.49)],
+        "val_greedy": 29.87,
+        "val_greedy_loops": 2,
+        "others_cores": 0.04,
+    }
+    beam = {**base, "variant": "fine", "overrides": {"data.bucket_step": 2}}
+    beam.update(val_beam=31.2, val_beam_ratio=0.987, val_beam_loops=1)
+    lines = sweep.table([base, beam]).splitlines()
+    assert len(lines) == 4
+    assert lines[2] == (
+        "| base | (none) | 420 (3) | 12.0 | 6: 20.1, 12: 28.5 | 29.87 | - | - | 2 | 0.04 |"
+    )
+    assert lines[3].startswith("| fine | data.bucket_step=2 |")
+    assert "| 31.20 | 0.987 | 1 |" in lines[3]
