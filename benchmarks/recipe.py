@@ -32,6 +32,10 @@ from keras_transformer.predictors import Translator  # noqa: E402
 from keras_transformer.run_dir import RunPaths  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# The Multi30k folder: $KERAS_TRANSFORMER_MULTI30K_DIR, else ../shared beside the project.
+DEFAULT_MULTI30K_DIR = os.environ.get(
+    MULTI30K_DIR_ENV_VAR, os.path.join(HERE, "..", "..", "shared", "data", "multi30k")
+)
 SETS = {
     "val": ("val.de.gz", "val.en.gz"),
     "test_2016": ("test_2016_flickr.de.gz", "test_2016_flickr.en.gz"),
@@ -64,12 +68,7 @@ def main() -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     parser.add_argument("--skip-train", action="store_true", help="score the run as it is")
     parser.add_argument("--beam-size", type=int, default=None, help="default: the decoder's")
-    parser.add_argument(
-        "--multi30k-dir",
-        default=os.environ.get(
-            MULTI30K_DIR_ENV_VAR, os.path.join(HERE, "..", "..", "shared", "data", "multi30k")
-        ),
-    )
+    parser.add_argument("--multi30k-dir", default=DEFAULT_MULTI30K_DIR)
     args = parser.parse_args()
     multi30k = os.path.abspath(args.multi30k_dir)
     config = load_config(

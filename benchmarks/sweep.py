@@ -43,10 +43,8 @@ from collections import Counter
 
 import yaml
 from _machine import cpu_model, machine_cpu_seconds
+from recipe import DEFAULT_MULTI30K_DIR
 
-from keras_transformer.constants import MULTI30K_DIR_ENV_VAR
-
-HERE = os.path.dirname(os.path.abspath(__file__))
 ROW_FILE = "sweep.json"
 TRAINED_FILE = "sweep_train.json"  # written when training ends: scoring alone can be redone
 SWEEP_KEYS = {"config", "budget_minutes", "common", "variants"}
@@ -228,12 +226,7 @@ def main() -> None:
     parser.add_argument("--work-dir", required=True, help="one run directory per variant here")
     parser.add_argument("--only", action="append", default=[], help="train only these variants")
     parser.add_argument("--beam-size", type=int, default=None, help="also score beam search")
-    parser.add_argument(
-        "--multi30k-dir",
-        default=os.environ.get(
-            MULTI30K_DIR_ENV_VAR, os.path.join(HERE, "..", "..", "shared", "data", "multi30k")
-        ),
-    )
+    parser.add_argument("--multi30k-dir", default=DEFAULT_MULTI30K_DIR)
     args = parser.parse_args()
     args.multi30k_dir = os.path.abspath(args.multi30k_dir)
     sweep = load_sweep(args.sweep)
