@@ -93,3 +93,10 @@ def test_batch_shuffle_buffer_size_must_be_a_positive_count_or_null(value):
     with pytest.raises(ValueError, match="data.batch_shuffle_buffer_size"):
         load_config(None, {"data.batch_shuffle_buffer_size": value})
     assert load_config(None, {}).data.batch_shuffle_buffer_size is None
+
+
+@pytest.mark.parametrize("value", [0, 1.5, "often"])
+def test_subword_sampling_must_be_a_probability_or_null(value):
+    with pytest.raises(ValueError, match="data.subword_sampling"):
+        load_config(None, {"data.subword_sampling": value})
+    assert load_config(None, {"data.subword_sampling": 0.2}).data.subword_sampling == 0.2

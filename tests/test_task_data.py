@@ -156,6 +156,35 @@ def test_batches_are_padded_and_bucketed(tokenizer, task):
     assert count >= 200 if task == "language_modeling" else count == 200
 
 
+def _examples(batches):
+    """The batches' examples as a sorted list of `(ids, labels)` without padding."""
+    rows = []
+    for x, y in batches:
+        for xi, yi in zip(x.numpy(), y.numpy()):
+            labels = int(yi) if yi.ndim == 0 else tuple(yi[xi != 0])
+            rows.append((tuple(xi[xi != 0]), labels))
+    return sorted(rows)
+
+
+@pytest.mark.parametrize("task", ["tagging", "classification", "language_modeling"])
+def test_subword_sampling_changes_each_pass_of_training_batches_only(tokenizer, task):
+    loader = {
+        "tagging": lambda: load_tagging_data("synthetic_pos", "train[:100]"),
+        "classification": lambda: load_classification_data("synthetic_sentiment", "train[:100]"),
+        "language_modeling": lambda: load_language_modeling_data("synthetic_text", "train[:50]"),
+    }[task]
+    config = task_of(task, 24, "data.batch_size=16", "data.subword_sampling=0.1")
+    data, tokenizers = loader(), (tokenizer, tokenizer)
+    sampled = config.make_batches(data, tokenizers, shuffle=True, sample_subwords=True)
+    first, second = _examples(sampled), _examples(sampled)
+    assert first != second
+    best = config.make_batches(data, tokenizers, shuffle=True)
+    assert _examples(best) == _examples(best)
+    assert _examples(best) not in (first, second)
+    if task == "classification":  # the same examples, each resegmented: labels are kept
+        assert sorted(y for _, y in first) == sorted(y for _, y in _examples(best))
+
+
 def test_packaged_task_configs_and_task_checks():
     expected = {
         "conll2003_pos": ("tagging", "conll2003"),

@@ -221,6 +221,36 @@ def test_bpe_from_dataset_with_identity_normalization():
     assert _decode(tok.detokenize(tok.tokenize(["Ａ chien"]))) == ["Ａ chien"]
 
 
+SAMPLED_TEXT = "Zwei junge Männer in roten Hemden spielen auf einer großen Wiese Fußball."
+
+
+@pytest.mark.parametrize("model_type, alpha", [("unigram", 0.1), ("bpe", 0.3)])
+def test_sampling_tokenizer_varies_the_segmentation_not_the_text(tokenizer, model_type, alpha):
+    if model_type == "bpe":
+        texts = _lines("train.de.gz", 1000)
+        tokenizer = train_sentencepiece(texts, vocab_size=600, model_type="bpe", seed=7)
+    sampler = tokenizer.with_sampling(alpha)
+    assert sampler.sampling_alpha == alpha and tokenizer.sampling_alpha is None
+    assert sampler.vocab_size == tokenizer.vocab_size
+    assert tokenizer.with_sampling(None) is tokenizer and sampler.with_sampling(alpha) is sampler
+    best = tuple(tokenizer.tokenize(SAMPLED_TEXT).numpy())
+    assert {tuple(tokenizer.tokenize(SAMPLED_TEXT).numpy()) for _ in range(10)} == {best}
+    sampled = {tuple(sampler.tokenize(SAMPLED_TEXT).numpy()) for _ in range(50)}
+    assert len(sampled) > 1 and sampled != {best}
+    texts = {tokenizer.detokenize(list(ids)).numpy().decode("utf-8") for ids in sampled}
+    assert texts == {_nmt_nfkc(SAMPLED_TEXT)}
+    # A batch samples each row on its own, inside a tf.data pipeline too.
+    rows = tf.data.Dataset.from_tensors([SAMPLED_TEXT] * 8).map(sampler.tokenize)
+    batch = next(iter(rows)).to_list()
+    assert len({tuple(r) for r in batch}) > 1
+
+
+@pytest.mark.parametrize("alpha", [0, -0.1, 1.5, True, "0.1"])
+def test_sampling_alpha_must_be_a_probability(tokenizer, alpha):
+    with pytest.raises(ValueError, match="sampling_alpha.*a float in \\(0, 1\\]"):
+        SubwordTokenizer(tokenizer.model_proto, sampling_alpha=alpha)
+
+
 def test_train_tokenizers_shared_and_per_language():
     pairs = tf.data.Dataset.from_tensor_slices(
         (_lines("train.de.gz", 1500), _lines("train.en.gz", 1500))

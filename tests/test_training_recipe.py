@@ -52,6 +52,35 @@ def test_count_batches_is_the_same_every_epoch(tmp_path, multi30k_dir):
 
 
 @pytest.mark.slow
+def test_subword_sampling_resegments_each_epoch_and_trains(tmp_path, multi30k_dir):
+    from keras_transformer.runner import training_data
+    from keras_transformer.tasks import get_task
+
+    config = _config(tmp_path, multi30k_dir, "data.subword_sampling=0.1", "training.epochs=2")
+    task = get_task(config)
+    pairs, tokenizers = training_data(task, RunPaths(str(tmp_path / "run")))
+    data = task.make_batches(pairs, tokenizers, shuffle=False, sample_subwords=True)
+
+    def targets(batches):  # each pass's target ids, and the texts they spell
+        ids = [tuple(t[t != 0]) for _, y in batches for t in y.numpy()]
+        return sorted(ids), sorted(tokenizers[1].detokenize(list(t)).numpy() for t in ids)
+
+    (first_ids, first_texts), (second_ids, second_texts) = targets(data), targets(data)
+    assert first_ids != second_ids
+    # The same sentences, resegmented (a pair whose sampled pieces pass the length limit
+    # is dropped from that pass).
+    _, best_texts = targets(task.make_batches(pairs, tokenizers, shuffle=False))
+    for texts in (first_texts, second_texts):
+        assert set(texts) <= set(best_texts) and len(texts) >= 0.9 * len(best_texts)
+
+    result = train(config)
+    steps = int(result.model.optimizer.iterations.numpy())
+    assert steps % 2 == 0 and steps >= 10  # two epochs of the first pass's count of batches
+    assert result.tokenizers[0].sampling_alpha is None  # the run keeps the best segmentation
+    assert np.isfinite(result.history.history["loss"]).all()
+
+
+@pytest.mark.slow
 def test_linear_decay_average_and_bleu_log(tmp_path, multi30k_dir):
     config = _config(
         tmp_path,

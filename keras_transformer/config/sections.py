@@ -24,6 +24,7 @@ from keras_transformer.validation import (
     check_optional,
     check_positive_float,
     check_positive_int,
+    check_probability,
     check_rate,
 )
 
@@ -99,6 +100,16 @@ class DataConfig:
             every epoch with each bucket's last, smaller batch, shortest bucket first: the
             last 7 of the Multi30k recipe's 149 batches at bucket step 8, the last 26 of 141,
             of 2 to 331 sentences, at step 2).
+        subword_sampling: subword regularisation (Kudo 2018): each training epoch
+            tokenizes the training text anew with a segmentation sampled per sentence
+            (`SubwordTokenizer.with_sampling`), a float in (0, 1]: a unigram model's
+            smoothing (smaller is more varied; Kudo used 0.1 to 0.5), a BPE model's merge
+            dropout (BPE-dropout; larger is more varied). None (the default): the one best
+            segmentation, tokenized once and cached. Validation, evaluation and the export
+            always use the best segmentation. Sampling is not seeded (tf-text's kernel draws
+            its own random numbers), and the number of batches changes from pass to pass: an
+            epoch is the first pass's count. Under multi-worker training each worker samples
+            its own segmentations, so the workers' shards of a pass no longer partition it.
     """
 
     source: str = "multi30k"
@@ -119,6 +130,7 @@ class DataConfig:
     pad_to_bucket: bool = False
     shuffle_buffer_size: int = 20_000
     batch_shuffle_buffer_size: int | None = None
+    subword_sampling: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_built", True)
@@ -224,6 +236,7 @@ def validate_data(d: DataConfig) -> None:
         check_optional(check_positive_int, f"data.{key}", getattr(d, key))
     check_optional(check_positive_int, "data.batch_size", d.batch_size)
     check_optional(check_holdout, "data.validation_holdout", d.validation_holdout)
+    check_optional(check_probability, "data.subword_sampling", d.subword_sampling)
     if d.validation_holdout is not None and d.validation_source is not None:
         raise ValueError(
             "Expected at most one of `data.validation_source` and `data.validation_holdout`. "

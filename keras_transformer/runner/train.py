@@ -127,9 +127,9 @@ def train(
     # Python's `random` (its temporary folder names), so a seed set before it would give the
     # first run on a machine other weights than the runs that find the dataset prepared.
     keras.utils.set_random_seed(t.seed)
-    train_batches = _distributed(task.make_batches(train_data, tokenizers, shuffle=True))
-    if t.steps_per_epoch:
-        train_batches = train_batches.repeat()
+    train_batches = _distributed(
+        task.make_batches(train_data, tokenizers, shuffle=True, sample_subwords=True)
+    )
     validation_batches = None
     if validation_data is not None:
         validation_batches = _distributed(
@@ -138,12 +138,16 @@ def train(
     steps_per_epoch = t.steps_per_epoch
     if steps_per_epoch is None:
         steps_per_epoch = count_batches(train_batches)
-        if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
-            # A known length: Keras' progress bar shows the total and an estimate.
-            train_batches = train_batches.apply(
-                tf.data.experimental.assert_cardinality(steps_per_epoch)
-            )
         logger.info("An epoch is %d steps.", steps_per_epoch)
+    # Sampled segmentations (`data.subword_sampling`) change the batches, and their number,
+    # every pass: an epoch is then the first pass's count of batches, and the data repeats.
+    if t.steps_per_epoch or config.data.subword_sampling is not None:
+        train_batches = train_batches.repeat()
+    elif not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        # A known length: Keras' progress bar shows the total and an estimate.
+        train_batches = train_batches.apply(
+            tf.data.experimental.assert_cardinality(steps_per_epoch)
+        )
 
     model, schedule = build_and_compile(
         task, tokenizers, train_data.labels, strategy, t.epochs * steps_per_epoch

@@ -24,6 +24,7 @@ from keras_transformer.data.batching import bucket_batches, default_bucket_lengt
 from keras_transformer.data.task_sources import TaskData
 from keras_transformer.evaluation import EvaluationResult
 from keras_transformer.run_dir import RunPaths
+from keras_transformer.tokenization.tokenizer import SubwordTokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -193,15 +194,27 @@ class Task(abc.ABC):
         shuffle: bool,
         batch_size: int | None = None,
         drop_remainder: bool = False,
+        sample_subwords: bool = False,
     ) -> tf.data.Dataset:
         """The encoded, length-bucketed, padded `(x, y)` batches of `data`
         (`data.batching.bucket_batches`), as the config's `data` section says
         (`batch_size` overrides it) up to the section's longest example;
         `drop_remainder` keeps full batches only (with `data.pad_to_bucket`, a fixed set of
-        shapes, as XLA wants)."""
+        shapes, as XLA wants). With `sample_subwords` and `data.subword_sampling` set, each
+        pass tokenizes the (cached) text anew with sampled segmentations, so the batches,
+        and their number, change from pass to pass; otherwise the encoded examples are
+        cached."""
         d, longest = self.config.data, self.section.longest
+        sampling = d.subword_sampling if sample_subwords else None
+        dataset = data.dataset
+        if sampling is not None:
+            dataset = dataset.cache()
+            tokenizers = tuple(
+                t.with_sampling(sampling) if isinstance(t, SubwordTokenizer) else t
+                for t in tokenizers
+            )
         return bucket_batches(
-            self.encode(data.dataset, tokenizers),
+            self.encode(dataset, tokenizers),
             batch_size=batch_size or d.batch_size,
             tokens_per_batch=None if batch_size else d.tokens_per_batch,
             bucket_lengths=default_bucket_lengths(longest, d.bucket_step),
@@ -212,6 +225,7 @@ class Task(abc.ABC):
             batch_shuffle_buffer_size=d.batch_shuffle_buffer_size,
             seed=self.config.training.seed,
             drop_remainder=drop_remainder,
+            cache=sampling is None,
         )
 
     # Model.

@@ -12,9 +12,11 @@ Special ids are fixed for every model of this package: pad=0, unk=1, bos=2, eos=
 
 Public API:
 
-- `SubwordTokenizer(model_proto, name=None)`: a `tf.Module` with `tokenize(strings)`,
-  `detokenize(ids)`, `id_to_piece(ids)`, `save(directory)`, `SubwordTokenizer.load(path)`
-  and the properties `vocab_size`, `pad_id`, `unk_id`, `bos_id`, `eos_id`, `model_proto`.
+- `SubwordTokenizer(model_proto, name=None, *, sampling_alpha=None)`: a `tf.Module` with
+  `tokenize(strings)`, `detokenize(ids)`, `id_to_piece(ids)`, `save(directory)`,
+  `with_sampling(alpha)` (a copy that samples segmentations: subword regularisation),
+  `SubwordTokenizer.load(path)` and the properties `vocab_size`, `pad_id`, `unk_id`,
+  `bos_id`, `eos_id`, `model_proto`, `sampling_alpha`.
 - `train_sentencepiece(texts, vocab_size=8000, ...) -> SubwordTokenizer`: one model over an
   iterable (or `tf.data.Dataset`) of sentences.
 - `train_tokenizers(pairs, vocab_size=8000, shared=True, ...)`: the source and target

@@ -31,6 +31,7 @@ import tensorflow_text as tf_text
 
 from keras_transformer.compat import share_sentencepiece_resource
 from keras_transformer.constants import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from keras_transformer.validation import check_optional, check_probability
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +62,12 @@ class SubwordTokenizer(tf.Module):
         model_proto: the serialized SentencePiece model (the bytes of a `.model` file). Its
             special ids must be pad=0, unk=1, bos=2, eos=3 (as `train_sentencepiece` makes).
         name: name of the `tf.Module`.
+        sampling_alpha: `None` (the default) for the one best segmentation; a float in
+            (0, 1] to sample a segmentation of each string from the unigram lattice at every
+            call (subword regularisation, Kudo 2018; SentencePiece's `enable_sampling` with
+            `nbest_size=-1` and this `alpha`: smaller is more varied). Sampling is for
+            training data only, and it is not seeded: tf-text's kernel draws its own random
+            numbers. `with_sampling` makes a sampling copy of a tokenizer.
 
     Example:
 
@@ -68,11 +75,15 @@ class SubwordTokenizer(tf.Module):
     tokenizer = SubwordTokenizer.load("runs/de-en/tokenizer")
     ids = tokenizer.tokenize(tf.constant(["A dog runs."]))  # RaggedTensor (1, None) int32
     tokenizer.detokenize(ids.to_tensor())  # tf.Tensor([b"A dog runs."])
+    tokenizer.with_sampling(0.1).tokenize(["A dog runs."])  # a sampled segmentation
     ```
     """
 
-    def __init__(self, model_proto: bytes, name: str | None = None) -> None:
+    def __init__(
+        self, model_proto: bytes, name: str | None = None, *, sampling_alpha: float | None = None
+    ) -> None:
         super().__init__(name=name)
+        self._sampling_alpha = check_optional(check_probability, "sampling_alpha", sampling_alpha)
         if not isinstance(model_proto, bytes) or not model_proto:
             raise ValueError(
                 "Received an invalid value for argument `model_proto`, expected the non-empty "
@@ -104,8 +115,14 @@ class SubwordTokenizer(tf.Module):
         self._pieces = [processor.IdToPiece(i) for i in range(self._vocab_size)]
         self._scores = [processor.GetScore(i) for i in range(self._vocab_size)]
         with self.name_scope:
+            sampling = self._sampling_alpha is not None
             self._sentencepiece = tf_text.SentencepieceTokenizer(
-                model=model_proto, out_type=tf.int32, add_bos=False, add_eos=False
+                model=model_proto,
+                out_type=tf.int32,
+                nbest_size=-1 if sampling else 0,
+                alpha=self._sampling_alpha if sampling else 1.0,
+                add_bos=False,
+                add_eos=False,
             )
             # tf-text's resource is private to the kernel that creates it, so clearing the
             # eager kernel cache (`tf.random.set_seed` does) deletes it and the tokenizer
@@ -122,6 +139,18 @@ class SubwordTokenizer(tf.Module):
     def model_proto(self) -> bytes:
         """The serialized SentencePiece model."""
         return self._model_proto
+
+    @property
+    def sampling_alpha(self) -> float | None:
+        """`None` for the best segmentation, else the smoothing of sampled segmentations."""
+        return self._sampling_alpha
+
+    def with_sampling(self, alpha: float | None) -> SubwordTokenizer:
+        """A tokenizer of the same model that samples segmentations with `alpha` (a float
+        in (0, 1]), or gives the best one with `None`; `self` when it already does."""
+        if alpha == self._sampling_alpha:
+            return self
+        return SubwordTokenizer(self._model_proto, name=self.name, sampling_alpha=alpha)
 
     @property
     def vocab_size(self) -> int:
