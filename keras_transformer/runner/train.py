@@ -141,7 +141,8 @@ def train(
         logger.info("An epoch is %d steps.", steps_per_epoch)
     # Sampled segmentations (`data.subword_sampling`) change the batches, and their number,
     # every pass: an epoch is then the first pass's count of batches, and the data repeats.
-    if t.steps_per_epoch or config.data.subword_sampling is not None:
+    repeats = bool(t.steps_per_epoch) or config.data.subword_sampling is not None
+    if repeats:
         train_batches = train_batches.repeat()
     elif not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         # A known length: Keras' progress bar shows the total and an estimate.
@@ -168,6 +169,7 @@ def train(
         validation_batches,
         schedule=schedule,
         steps_per_epoch=steps_per_epoch,
+        repeats=repeats,
         start=start,
         saved_model=model.to_plain,
         task_callbacks=callbacks,

@@ -34,6 +34,7 @@ def fit_and_save(
     *,
     schedule: TransformerSchedule,
     steps_per_epoch: int,
+    repeats: bool = False,
     start: float,
     saved_model: Callable[[], keras.Model],
     task_callbacks: Sequence[keras.callbacks.Callback] = (),
@@ -51,6 +52,8 @@ def fit_and_save(
         train_data, validation_data: the batched datasets (validation may be None).
         schedule: the learning-rate schedule (`BudgetHorizon` moves its horizon).
         steps_per_epoch: steps of one epoch (the planned end is `epochs` of them).
+        repeats: `train_data` repeats without end, so `fit` is told `steps_per_epoch`
+            (else an epoch is one pass over it).
         start: `time.monotonic()` at the start of the run (the time budget's origin).
         saved_model: returns the model to save (the plain model, without training state).
         task_callbacks: the task's own callbacks (`Task.callbacks`).
@@ -61,6 +64,7 @@ def fit_and_save(
     """
     t = config.training
     chief = is_chief(strategy)
+    fit_steps = steps_per_epoch if repeats else None
     # Non-chief workers keep their backups, checkpoints and logs apart from the chief's, in
     # the run directory (a bucket too): Keras 3's BackupAndRestore writes where it is told on
     # every worker (tf.keras 2 sent non-chiefs to temporary folders of their own).
@@ -68,7 +72,7 @@ def fit_and_save(
     callbacks = make_callbacks(
         backup_dir=paths.backup + suffix,
         backup_freq=t.backup_freq,
-        steps_per_epoch=t.steps_per_epoch,
+        steps_per_epoch=fit_steps,
         checkpoint_dir=paths.checkpoints + suffix,
         keep_epoch_weights=max(t.average_last or 1, KEEP_EPOCH_WEIGHTS),
         log_dir=(paths.logs + suffix) if t.tensorboard else None,
@@ -87,7 +91,7 @@ def fit_and_save(
     history = model.fit(
         train_data,
         epochs=t.epochs,
-        steps_per_epoch=t.steps_per_epoch,
+        steps_per_epoch=fit_steps,
         validation_data=validation_data,
         validation_steps=t.validation_steps,
         callbacks=callbacks,
