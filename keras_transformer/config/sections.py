@@ -103,7 +103,7 @@ class DataConfig:
         subword_sampling: subword regularisation (Kudo 2018): each training epoch
             tokenizes the training text anew with a segmentation sampled per sentence
             (`SubwordTokenizer.with_sampling`), a float in (0, 1]: a unigram model's
-            smoothing (smaller is more varied; Kudo used 0.1 to 0.5), a BPE model's merge
+            smoothing (smaller is more varied), a BPE model's merge
             dropout (BPE-dropout; larger is more varied). None (the default): the one best
             segmentation, tokenized once and cached. Validation, evaluation and the export
             always use the best segmentation. Sampling is not seeded (tf-text's kernel draws

@@ -63,11 +63,13 @@ class SubwordTokenizer(tf.Module):
             special ids must be pad=0, unk=1, bos=2, eos=3 (as `train_sentencepiece` makes).
         name: name of the `tf.Module`.
         sampling_alpha: `None` (the default) for the one best segmentation; a float in
-            (0, 1] to sample a segmentation of each string from the unigram lattice at every
-            call (subword regularisation, Kudo 2018; SentencePiece's `enable_sampling` with
-            `nbest_size=-1` and this `alpha`: smaller is more varied). Sampling is for
-            training data only, and it is not seeded: tf-text's kernel draws its own random
-            numbers. `with_sampling` makes a sampling copy of a tokenizer.
+            (0, 1] to sample a segmentation of each string at every call (subword
+            regularisation, Kudo 2018; SentencePiece's `enable_sampling` with
+            `nbest_size=-1` and this `alpha`). For a unigram model it smooths the lattice's
+            probabilities (smaller is more varied); for a BPE model it is BPE-dropout's
+            merge-drop probability (larger is more varied). Sampling is for training data
+            only, and it is not seeded: tf-text's kernel draws its own random numbers.
+            `with_sampling` makes a sampling copy of a tokenizer.
 
     Example:
 
@@ -142,7 +144,7 @@ class SubwordTokenizer(tf.Module):
 
     @property
     def sampling_alpha(self) -> float | None:
-        """`None` for the best segmentation, else the smoothing of sampled segmentations."""
+        """`None` for the best segmentation, else the `sampling_alpha` of sampled ones."""
         return self._sampling_alpha
 
     def with_sampling(self, alpha: float | None) -> SubwordTokenizer:
