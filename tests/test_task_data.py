@@ -135,15 +135,20 @@ def test_language_model_windows_cover_each_document(tokenizer):
     )
 
 
+def _synthetic_data(task, split):
+    """The offline synthetic set of a one-tokenizer task."""
+    if task == "tagging":
+        return load_tagging_data("synthetic_pos", split)
+    if task == "classification":
+        return load_classification_data("synthetic_sentiment", split)
+    return load_language_modeling_data("synthetic_text", split)
+
+
 @pytest.mark.parametrize("task", ["tagging", "classification", "language_modeling"])
 def test_batches_are_padded_and_bucketed(tokenizer, task):
-    loader = {
-        "tagging": lambda: load_tagging_data("synthetic_pos", "train[:200]"),
-        "classification": lambda: load_classification_data("synthetic_sentiment", "train[:200]"),
-        "language_modeling": lambda: load_language_modeling_data("synthetic_text", "train[:200]"),
-    }[task]
     config = task_of(task, 24, "data.batch_size=16", "data.bucket_step=8", "training.seed=0")
-    batches = config.make_batches(loader(), (tokenizer, tokenizer), shuffle=True)
+    data = _synthetic_data(task, "train[:200]")
+    batches = config.make_batches(data, (tokenizer, tokenizer), shuffle=True)
     count = 0
     for x, y in batches:
         x, y = x.numpy(), y.numpy()
@@ -168,13 +173,9 @@ def _examples(batches):
 
 @pytest.mark.parametrize("task", ["tagging", "classification", "language_modeling"])
 def test_subword_sampling_changes_each_pass_of_training_batches_only(tokenizer, task):
-    loader = {
-        "tagging": lambda: load_tagging_data("synthetic_pos", "train[:100]"),
-        "classification": lambda: load_classification_data("synthetic_sentiment", "train[:100]"),
-        "language_modeling": lambda: load_language_modeling_data("synthetic_text", "train[:50]"),
-    }[task]
     config = task_of(task, 24, "data.batch_size=16", "data.subword_sampling=0.1")
-    data, tokenizers = loader(), (tokenizer, tokenizer)
+    data = _synthetic_data(task, "train[:50]" if task == "language_modeling" else "train[:100]")
+    tokenizers = (tokenizer, tokenizer)
     sampled = config.make_batches(data, tokenizers, shuffle=True, sample_subwords=True)
     first, second = _examples(sampled), _examples(sampled)
     assert first != second
