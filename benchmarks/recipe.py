@@ -54,7 +54,9 @@ def real_target_tokens_per_step(config, run_dir: str) -> float:
 
     task = get_task(config)
     pairs, tokenizers = training_data(task, RunPaths(run_dir))
-    data = task.make_batches(pairs, tokenizers, shuffle=True)
+    data = task.make_batches(
+        pairs, tokenizers, shuffle=True, drop_remainder=config.data.drop_remainder
+    )
     steps, tokens = data.reduce(
         (tf.constant(0, tf.int64), tf.constant(0, tf.int64)),
         lambda state, batch: (state[0] + 1, state[1] + tf.math.count_nonzero(batch[1])),

@@ -81,6 +81,35 @@ def test_subword_sampling_resegments_each_epoch_and_trains(tmp_path, multi30k_di
 
 
 @pytest.mark.slow
+def test_drop_remainder_trains_on_full_batches_only(tmp_path, multi30k_dir, recwarn):
+    from keras_transformer.runner import training_data
+    from keras_transformer.tasks import get_task
+
+    # One wide bucket: 4 full batches of 64 and one of 44 sentences.
+    overrides = ["data.drop_remainder=true", "data.bucket_step=64", "training.warmup_steps=1"]
+    overrides.append("training.validation_steps=null")  # every validation batch
+    config = _config(tmp_path, multi30k_dir, *overrides, "training.epochs=1")
+    task = get_task(config)
+    pairs, tokenizers = training_data(task, RunPaths(str(tmp_path / "run")))
+    full = task.make_batches(pairs, tokenizers, shuffle=True, drop_remainder=True)
+    every = task.make_batches(pairs, tokenizers, shuffle=True)
+    assert {len(y) for _, y in full} == {64}  # y: the target ids (B, T)
+    assert 0 < count_batches(full) < count_batches(every)
+    result = train(config)
+    epochs = len(result.history.history["loss"])
+    assert int(result.model.optimizer.iterations.numpy()) == epochs * count_batches(full)
+    # The validation batches have a known length: Keras does not warn that they ran out.
+    assert not [w for w in recwarn if "ran out of data" in str(w.message)]
+
+
+def test_drop_remainder_with_no_full_batch_is_an_error(tmp_path, multi30k_dir):
+    # 300 pairs, batches of 400.
+    config = _config(tmp_path, multi30k_dir, "data.drop_remainder=true", "data.batch_size=400")
+    with pytest.raises(ValueError, match=r"no full batch .* a batch of 400 examples"):
+        train(config)
+
+
+@pytest.mark.slow
 def test_linear_decay_average_and_bleu_log(tmp_path, multi30k_dir):
     config = _config(
         tmp_path,

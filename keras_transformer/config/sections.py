@@ -100,6 +100,10 @@ class DataConfig:
             every epoch with each bucket's last, smaller batch, shortest bucket first: the
             last 7 of the Multi30k recipe's 149 batches at bucket step 8, the last 26 of 141,
             of 2 to 331 sentences, at step 2).
+        drop_remainder: drop each length bucket's last, smaller batch from every training
+            pass, so every step sees a full batch (validation keeps every example). Each
+            pass reshuffles, so the examples dropped change from pass to pass. False (the
+            default) trains on them too.
         subword_sampling: subword regularisation (Kudo 2018): each training epoch
             tokenizes the training text anew with a segmentation sampled per sentence
             (`SubwordTokenizer.with_sampling`), a float in (0, 1]: a unigram model's
@@ -130,6 +134,7 @@ class DataConfig:
     pad_to_bucket: bool = False
     shuffle_buffer_size: int = 20_000
     batch_shuffle_buffer_size: int | None = None
+    drop_remainder: bool = False
     subword_sampling: float | None = None
 
     def __post_init__(self) -> None:

@@ -128,7 +128,13 @@ def train(
     # first run on a machine other weights than the runs that find the dataset prepared.
     keras.utils.set_random_seed(t.seed)
     train_batches = _distributed(
-        task.make_batches(train_data, tokenizers, shuffle=True, sample_subwords=True)
+        task.make_batches(
+            train_data,
+            tokenizers,
+            shuffle=True,
+            sample_subwords=True,
+            drop_remainder=config.data.drop_remainder,
+        )
     )
     validation_batches = None
     if validation_data is not None:
@@ -138,16 +144,34 @@ def train(
     steps_per_epoch = t.steps_per_epoch
     if steps_per_epoch is None:
         steps_per_epoch = count_batches(train_batches)
+        if steps_per_epoch == 0 and config.data.drop_remainder:
+            d = config.data
+            batch = (
+                f"{d.tokens_per_batch} tokens" if d.tokens_per_batch else f"{d.batch_size} examples"
+            )
+            raise ValueError(
+                "Received training data that makes no full batch with "
+                f"`data.drop_remainder=True`: no length bucket fills a batch of {batch}. "
+                "Expected more training examples, smaller batches, or "
+                "data.drop_remainder=false."
+            )
         logger.info("An epoch is %d steps.", steps_per_epoch)
     # Sampled segmentations (`data.subword_sampling`) change the batches, and their number,
     # every pass: an epoch is then the first pass's count of batches, and the data repeats.
     repeats = bool(t.steps_per_epoch) or config.data.subword_sampling is not None
+    known_lengths = not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
     if repeats:
         train_batches = train_batches.repeat()
-    elif not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+    elif known_lengths:
         # A known length: Keras' progress bar shows the total and an estimate.
         train_batches = train_batches.apply(
             tf.data.experimental.assert_cardinality(steps_per_epoch)
+        )
+    if validation_batches is not None and known_lengths:
+        # Of unknown length, the first validation would end in Keras' "Your input ran out of
+        # data; interrupting training" warning.
+        validation_batches = validation_batches.apply(
+            tf.data.experimental.assert_cardinality(count_batches(validation_batches))
         )
 
     model, schedule = build_and_compile(
