@@ -29,6 +29,16 @@ def test_packaged_screen_loads_and_keeps_the_recipes_peak():
     assert peak == pytest.approx(0.5 / 400**0.5, rel=1e-4)
 
 
+@pytest.mark.parametrize("name", sorted(os.listdir(os.path.join(ROOT, "benchmarks", "sweeps"))))
+def test_every_packaged_variant_is_a_valid_config(name):
+    from keras_transformer.config import load_config
+
+    loaded = sweep.load_sweep(os.path.join(ROOT, "benchmarks", "sweeps", name))
+    for variant in loaded["variants"]:
+        config = load_config(loaded["config"], sweep.variant_overrides(loaded, variant))
+        config.validate()  # a misspelt key or a bad value fails here, not an hour in
+
+
 def test_overrides_are_the_budget_then_common_then_the_variants_own(tmp_path):
     path = write(
         tmp_path,
