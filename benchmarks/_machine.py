@@ -1,6 +1,7 @@
 """What a benchmark prints about the machine, with the standard library only (a benchmark's
 parent process, which never imports TensorFlow, uses it too): the CPU model, the busy CPU
-time of the whole machine, and from it the cores other processes keep busy (`OtherLoad`)."""
+time of the whole machine, and from it the cores other processes keep busy (`OtherLoad`),
+and the CPU time the hypervisor took (steal)."""
 
 from __future__ import annotations
 
@@ -23,14 +24,29 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def machine_cpu_seconds() -> tuple[float, float]:
-    """(busy, total) CPU seconds of all cores since boot (/proc/stat; iowait counts as idle;
-    guest time is left out, as the kernel already counts it in user time)."""
+def _cpu_fields() -> list[int]:
+    """The first 8 counters of /proc/stat's `cpu` line, in clock ticks: user, nice, system,
+    idle, iowait, irq, softirq, steal (guest time is left out, as the kernel already counts
+    it in user time)."""
     with open("/proc/stat", encoding="ascii") as f:
-        fields = [int(v) for v in f.readline().split()[1:9]]
+        return [int(v) for v in f.readline().split()[1:9]]
+
+
+def machine_cpu_seconds() -> tuple[float, float]:
+    """(busy, total) CPU seconds of all cores since boot (/proc/stat): busy is the time
+    processes (and the kernel for them) ran; iowait counts as idle, and steal (the time the
+    hypervisor ran someone else's machine) is in the total only (`machine_steal_seconds`)."""
+    fields = _cpu_fields()
     ticks = os.sysconf("SC_CLK_TCK")
-    idle = fields[3] + fields[4]
-    return (sum(fields) - idle) / ticks, sum(fields) / ticks
+    busy = fields[0] + fields[1] + fields[2] + fields[5] + fields[6]
+    return busy / ticks, sum(fields) / ticks
+
+
+def machine_steal_seconds() -> float:
+    """CPU seconds since boot that the hypervisor gave to other virtual machines while this
+    one's cores wanted to run (/proc/stat's steal): a busy host slows every step without
+    any process here being busy."""
+    return _cpu_fields()[7] / os.sysconf("SC_CLK_TCK")
 
 
 def _busy_and_own_seconds() -> tuple[float, float] | None:

@@ -23,7 +23,9 @@ as `WORK_DIR/NAME/sweep.json` (a variant that has one is not trained again, so a
 sweep goes on where it stopped), and the table is printed at the end: steps, minutes, the
 validation BLEU curve the run logged while training (`bleu.jsonl`: greedy, the recipe's
 `bleu_max_sentences`), BLEU on the whole split, the beam outputs' length ratio, outputs that
-loop (a word 3-gram three times or more), and the cores other processes kept busy.
+loop (a word 3-gram three times or more), the cores other processes kept busy, and the
+cores the hypervisor took (steal: on a shared host a run gets fewer steps for its minutes
+with nothing else running here).
 
     python benchmarks/sweep.py benchmarks/sweeps/multi30k_screen.yaml --work-dir runs/sweep
 """
@@ -42,7 +44,7 @@ import time
 from collections import Counter
 
 import yaml
-from _machine import cpu_model, machine_cpu_seconds
+from _machine import cpu_model, machine_cpu_seconds, machine_steal_seconds
 from recipe import DEFAULT_MULTI30K_DIR
 
 ROW_FILE = "sweep.json"
@@ -127,7 +129,7 @@ def train_variant(sweep: dict, name: str, run_dir: str, multi30k: str) -> dict:
     ]
     for override in variant_overrides(sweep, name):
         command += ["--set", override]
-    busy_before = machine_cpu_seconds()[0]
+    busy_before, steal_before = machine_cpu_seconds()[0], machine_steal_seconds()
     children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     os.makedirs(run_dir)
@@ -144,7 +146,8 @@ def train_variant(sweep: dict, name: str, run_dir: str, multi30k: str) -> dict:
             f"{os.path.join(run_dir, 'sweep_train.log')}"
         )
     others = max(0.0, machine_cpu_seconds()[0] - busy_before - child_seconds) / wall
-    return {"wall_minutes": wall / 60, "others_cores": others}
+    steal = (machine_steal_seconds() - steal_before) / wall
+    return {"wall_minutes": wall / 60, "others_cores": others, "steal_cores": steal}
 
 
 def score_variant(run_dir: str, multi30k: str, beam_size: int | None) -> dict:
@@ -203,8 +206,8 @@ def table(rows: list[dict]) -> str:
     """The sweep's Markdown table, one row per variant."""
     lines = [
         "| variant | overrides | steps (epochs) | minutes | val BLEU while training "
-        "(minutes: BLEU) | val greedy | val beam | beam ratio | looping | others |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "(minutes: BLEU) | val greedy | val beam | beam ratio | looping | others | steal |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
         overrides = ", ".join(f"{k}={v}" for k, v in r["overrides"].items()) or "(none)"
@@ -212,10 +215,11 @@ def table(rows: list[dict]) -> str:
         beam = f"{r['val_beam']:.2f}" if "val_beam" in r else "-"
         ratio = f"{r['val_beam_ratio']:.3f}" if "val_beam" in r else "-"
         looping = r.get("val_beam_loops", r["val_greedy_loops"])
+        steal = f"{r['steal_cores']:.2f}" if "steal_cores" in r else "-"  # older rows: none
         lines.append(
             f"| {r['variant']} | {overrides} | {r['steps']} ({r['epochs']}) "
             f"| {r['wall_minutes']:.1f} | {curve} | {r['val_greedy']:.2f} | {beam} | {ratio} "
-            f"| {looping} | {r['others_cores']:.2f} |"
+            f"| {looping} | {r['others_cores']:.2f} | {steal} |"
         )
     return "\n".join(lines)
 

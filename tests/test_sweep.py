@@ -103,11 +103,22 @@ def test_table_has_a_row_per_variant_with_and_without_beam():
         "others_cores": 0.04,
     }
     beam = {**base, "variant": "fine", "overrides": {"data.bucket_step": 2}}
-    beam.update(val_beam=31.2, val_beam_ratio=0.987, val_beam_loops=1)
+    beam.update(val_beam=31.2, val_beam_ratio=0.987, val_beam_loops=1, steal_cores=0.291)
     lines = sweep.table([base, beam]).splitlines()
     assert len(lines) == 4
-    assert lines[2] == (
-        "| base | (none) | 420 (3) | 12.0 | 6: 20.1, 12: 28.5 | 29.87 | - | - | 2 | 0.04 |"
+    assert lines[2] == (  # a row saved before steal was measured has none
+        "| base | (none) | 420 (3) | 12.0 | 6: 20.1, 12: 28.5 | 29.87 | - | - | 2 | 0.04 | - |"
     )
     assert lines[3].startswith("| fine | data.bucket_step=2 |")
-    assert "| 31.20 | 0.987 | 1 |" in lines[3]
+    assert lines[3].endswith("| 31.20 | 0.987 | 1 | 0.04 | 0.29 |")
+
+
+def test_steal_is_counted_apart_from_busy_time(monkeypatch):
+    import _machine
+
+    # user, nice, system, idle, iowait, irq, softirq, steal (clock ticks)
+    monkeypatch.setattr(_machine, "_cpu_fields", lambda: [100, 20, 50, 700, 10, 5, 5, 110])
+    ticks = os.sysconf("SC_CLK_TCK")
+    busy, total = _machine.machine_cpu_seconds()
+    assert busy == pytest.approx(180 / ticks) and total == pytest.approx(1000 / ticks)
+    assert _machine.machine_steal_seconds() == pytest.approx(110 / ticks)
