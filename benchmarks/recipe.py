@@ -18,12 +18,12 @@ import argparse
 import gzip
 import json
 import os
-import platform
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf  # noqa: E402
+from _machine import cpu_model  # noqa: E402
 
 from keras_transformer.config import load_config  # noqa: E402
 from keras_transformer.constants import MULTI30K_DIR_ENV_VAR  # noqa: E402
@@ -108,9 +108,7 @@ def main() -> None:
             results[f"{name}_{method}"] = result.scores["bleu"]
             results[f"{name}_{method}_detail"] = result.details["bleu"]
             print(f"{name} {method}: {result.details['bleu']}", flush=True)
-    machine = (
-        f"{os.cpu_count()} CPUs ({platform.processor() or platform.machine()}), TF {tf.__version__}"
-    )
+    machine = f"{os.cpu_count()} CPUs ({cpu_model()}), TF {tf.__version__}"
     print(
         json.dumps(
             {
