@@ -85,7 +85,7 @@ def test_drop_remainder_trains_on_full_batches_only(tmp_path, multi30k_dir, recw
     from keras_transformer.runner import training_data
     from keras_transformer.tasks import get_task
 
-    # One wide bucket: 4 full batches of 64 and one of 44 sentences.
+    # Wide buckets (step 64): the 300 pairs make full batches of 64 and smaller last ones.
     overrides = ["data.drop_remainder=true", "data.bucket_step=64", "training.warmup_steps=1"]
     overrides.append("training.validation_steps=null")  # every validation batch
     config = _config(tmp_path, multi30k_dir, *overrides, "training.epochs=1")
