@@ -156,23 +156,23 @@ def train(
                 "data.drop_remainder=false."
             )
         logger.info("An epoch is %d steps.", steps_per_epoch)
-    # Sampled segmentations (`data.subword_sampling`) change the batches, and their number,
-    # every pass: an epoch is then the first pass's count of batches, and the data repeats.
-    repeats = bool(t.steps_per_epoch) or config.data.subword_sampling is not None
-    known_lengths = not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
-    if repeats:
-        train_batches = train_batches.repeat()
-    elif known_lengths:
-        # A known length: Keras' progress bar shows the total and an estimate.
-        train_batches = train_batches.apply(
-            tf.data.experimental.assert_cardinality(steps_per_epoch)
-        )
-    if validation_batches is not None and known_lengths:
-        # Of unknown length, the first validation would end in Keras' "Your input ran out of
-        # data; interrupting training" warning.
-        validation_batches = validation_batches.apply(
-            tf.data.experimental.assert_cardinality(count_batches(validation_batches))
-        )
+    # One iterator for the whole run: the data repeats and `fit` is told the steps of an
+    # epoch and of a validation. Keras makes a dataset's iterator anew every epoch unless it
+    # knows them, and destroying the last epoch's iterator waits on tf.data's threads: the
+    # training process sat idle for 36-39 s at the starts of some epochs (README, Results).
+    # An epoch is one pass (each length bucket makes the same number of batches every
+    # pass); with sampled segmentations (`data.subword_sampling`) the first pass's count.
+    train_batches = train_batches.repeat()
+    validation_steps = t.validation_steps
+    if validation_batches is not None and not isinstance(
+        strategy, tf.distribute.MultiWorkerMirroredStrategy
+    ):
+        # The same batches at every validation: the first `validation_steps` (all by
+        # default), repeated. (Multi-worker data is sharded by the strategy and not counted:
+        # there Keras reads the validation data to its end every time.)
+        available = count_batches(validation_batches)
+        validation_steps = min(validation_steps or available, available)
+        validation_batches = validation_batches.take(validation_steps).repeat()
 
     model, schedule = build_and_compile(
         task, tokenizers, train_data.labels, strategy, t.epochs * steps_per_epoch
@@ -193,7 +193,7 @@ def train(
         validation_batches,
         schedule=schedule,
         steps_per_epoch=steps_per_epoch,
-        repeats=repeats,
+        validation_steps=validation_steps,
         start=start,
         saved_model=model.to_plain,
         task_callbacks=callbacks,

@@ -34,7 +34,7 @@ def fit_and_save(
     *,
     schedule: TransformerSchedule,
     steps_per_epoch: int,
-    repeats: bool = False,
+    validation_steps: int | None = None,
     start: float,
     saved_model: Callable[[], keras.Model],
     task_callbacks: Sequence[keras.callbacks.Callback] = (),
@@ -49,11 +49,11 @@ def fit_and_save(
         config: the experiment config (its `training` section is read).
         paths: the run directory.
         strategy: the distribution strategy (non-chief workers get their own folders).
-        train_data, validation_data: the batched datasets (validation may be None).
+        train_data, validation_data: the batched datasets (validation may be None); the
+            training data repeats without end.
         schedule: the learning-rate schedule (`BudgetHorizon` moves its horizon).
         steps_per_epoch: steps of one epoch (the planned end is `epochs` of them).
-        repeats: `train_data` repeats without end, so `fit` is told `steps_per_epoch`
-            (else an epoch is one pass over it).
+        validation_steps: batches of each validation (None: until `validation_data` ends).
         start: `time.monotonic()` at the start of the run (the time budget's origin).
         saved_model: returns the model to save (the plain model, without training state).
         task_callbacks: the task's own callbacks (`Task.callbacks`).
@@ -64,7 +64,6 @@ def fit_and_save(
     """
     t = config.training
     chief = is_chief(strategy)
-    fit_steps = steps_per_epoch if repeats else None
     # Non-chief workers keep their backups, checkpoints and logs apart from the chief's, in
     # the run directory (a bucket too): Keras 3's BackupAndRestore writes where it is told on
     # every worker (tf.keras 2 sent non-chiefs to temporary folders of their own).
@@ -72,7 +71,7 @@ def fit_and_save(
     callbacks = make_callbacks(
         backup_dir=paths.backup + suffix,
         backup_freq=t.backup_freq,
-        steps_per_epoch=fit_steps,
+        steps_per_epoch=steps_per_epoch,
         checkpoint_dir=paths.checkpoints + suffix,
         keep_epoch_weights=max(t.average_last or 1, KEEP_EPOCH_WEIGHTS),
         log_dir=(paths.logs + suffix) if t.tensorboard else None,
@@ -91,9 +90,9 @@ def fit_and_save(
     history = model.fit(
         train_data,
         epochs=t.epochs,
-        steps_per_epoch=fit_steps,
+        steps_per_epoch=steps_per_epoch,
         validation_data=validation_data,
-        validation_steps=t.validation_steps,
+        validation_steps=validation_steps,
         callbacks=callbacks,
         verbose=t.verbose,
         shuffle=False,  # make_batches already shuffles; Keras ignores (and warns) for datasets
