@@ -6,7 +6,11 @@ import tensorflow as tf
 from task_configs import task_of
 
 from keras_transformer.data import synthetic
-from keras_transformer.data.batching import bucket_batches, default_bucket_lengths
+from keras_transformer.data.batching import (
+    bucket_batches,
+    default_bucket_lengths,
+    without_autotuning,
+)
 from keras_transformer.data.task_sources import load_classification_data, load_tagging_data
 from keras_transformer.tokenization import train_sentencepiece
 
@@ -114,3 +118,15 @@ def test_batch_shuffle_buffer_size_is_checked():
         bucket_batches(
             _examples([1, 2]), batch_size=2, bucket_lengths=[2], batch_shuffle_buffer_size=0
         )
+
+
+def test_without_autotuning_keeps_the_batches_and_turns_autotuning_off():
+    batches = bucket_batches(
+        _examples([3, 5, 4, 9]), batch_size=2, bucket_lengths=[4, 8], shuffle=False
+    )
+    plain = without_autotuning(batches)
+    assert batches.options().autotune.enabled is not False  # tf.data's default: autotuned
+    assert plain.options().autotune.enabled is False
+    assert [a.numpy().tolist() for (a, _), _ in plain] == [
+        a.numpy().tolist() for (a, _), _ in batches
+    ]

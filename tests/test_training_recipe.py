@@ -102,11 +102,15 @@ def test_drop_remainder_trains_on_full_batches_only(tmp_path, multi30k_dir, recw
     assert not [w for w in recwarn if "ran out of data" in str(w.message)]
 
 
-def test_drop_remainder_with_no_full_batch_is_an_error(tmp_path, multi30k_dir):
-    # 300 pairs, batches of 400.
-    config = _config(tmp_path, multi30k_dir, "data.drop_remainder=true", "data.batch_size=400")
+@pytest.mark.parametrize("steps_per_epoch", ["null", "3"])
+def test_drop_remainder_with_no_full_batch_is_an_error(tmp_path, multi30k_dir, steps_per_epoch):
+    # 300 pairs, batches of 400; the epoch counted or given.
+    overrides = ["data.drop_remainder=true", "data.batch_size=400"]
+    overrides.append(f"training.steps_per_epoch={steps_per_epoch}")
+    config = _config(tmp_path, multi30k_dir, *overrides)
     with pytest.raises(ValueError, match=r"no full batch .* a batch of 400 examples"):
         train(config)
+    assert not os.path.exists(RunPaths(str(tmp_path / "run")).model)
 
 
 @pytest.mark.slow

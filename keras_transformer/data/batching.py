@@ -8,7 +8,7 @@ or of tokens (`tokens_per_batch`), every sequence padded with 0, and prefetched.
 `pad_to_bucket=True` every sequence of a batch is padded to its bucket's length, so batch
 shapes come from a small fixed set (good for XLA).
 
-Public API: `bucket_batches`, `default_bucket_lengths`, `count_batches`.
+Public API: `bucket_batches`, `default_bucket_lengths`, `count_batches`, `without_autotuning`.
 
 Example:
 
@@ -187,3 +187,13 @@ def _sequence_leaves(spec: Any) -> list[int]:
             f"element_spec={spec}"
         )
     return sequences
+
+
+def without_autotuning(batches: tf.data.Dataset) -> tf.data.Dataset:
+    """`batches` without tf.data's autotuning (`tf.data.Options().autotune.enabled`): its
+    iterators start no optimisation thread, so destroying one does not wait for that thread
+    (up to a minute between its rounds). For data that Keras iterates anew every time
+    (validation); `AUTOTUNE` parallelism and prefetching then take tf.data's defaults."""
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return batches.with_options(options)

@@ -20,7 +20,7 @@ import tensorflow as tf
 
 from keras_transformer import storage
 from keras_transformer.config import ExperimentConfig, save_config
-from keras_transformer.data.batching import count_batches
+from keras_transformer.data.batching import count_batches, without_autotuning
 from keras_transformer.data.task_sources import TaskData
 from keras_transformer.run_dir import RunPaths, write_labels
 from keras_transformer.tasks import get_task
@@ -144,35 +144,33 @@ def train(
     steps_per_epoch = t.steps_per_epoch
     if steps_per_epoch is None:
         steps_per_epoch = count_batches(train_batches)
-        if steps_per_epoch == 0 and config.data.drop_remainder:
-            d = config.data
-            batch = (
-                f"{d.tokens_per_batch} tokens" if d.tokens_per_batch else f"{d.batch_size} examples"
-            )
-            raise ValueError(
-                "Received training data that makes no full batch with "
-                f"`data.drop_remainder=True`: no length bucket fills a batch of {batch}. "
-                "Expected more training examples, smaller batches, or "
-                "data.drop_remainder=false."
-            )
         logger.info("An epoch is %d steps.", steps_per_epoch)
-    # One iterator for the whole run: the data repeats and `fit` is told the steps of an
-    # epoch and of a validation. Keras makes a dataset's iterator anew every epoch unless it
-    # knows them, and destroying the last epoch's iterator waits on tf.data's threads: the
-    # training process sat idle for 36-39 s at the starts of some epochs (README, Results).
-    # An epoch is one pass (each length bucket makes the same number of batches every
-    # pass); with sampled segmentations (`data.subword_sampling`) the first pass's count.
+    if config.data.drop_remainder and count_batches(train_batches.take(1)) == 0:
+        d = config.data
+        batch = f"{d.tokens_per_batch} tokens" if d.tokens_per_batch else f"{d.batch_size} examples"
+        raise ValueError(
+            "Received training data that makes no full batch with "
+            f"`data.drop_remainder=True`: no length bucket fills a batch of {batch}. "
+            "Expected more training examples, smaller batches, or "
+            "data.drop_remainder=false."
+        )
+    # A tf.data iterator, destroyed, waits for its autotuning thread to wake: the training
+    # process sat idle for 13-60 s at some epoch starts and validations (README, Results).
+    # So the training data repeats and `fit` is told the steps of an epoch: Keras then keeps
+    # one iterator for the whole run. An epoch is one pass (each length bucket makes the
+    # same number of batches every pass); with sampled segmentations
+    # (`data.subword_sampling`) the first pass's count.
     train_batches = train_batches.repeat()
-    validation_steps = t.validation_steps
-    if validation_batches is not None and not isinstance(
-        strategy, tf.distribute.MultiWorkerMirroredStrategy
-    ):
-        # The same batches at every validation: the first `validation_steps` (all by
-        # default), repeated. (Multi-worker data is sharded by the strategy and not counted:
-        # there Keras reads the validation data to its end every time.)
-        available = count_batches(validation_batches)
-        validation_steps = min(validation_steps or available, available)
-        validation_batches = validation_batches.take(validation_steps).repeat()
+    if validation_batches is not None:
+        # Keras makes the validation iterator anew at every validation: not autotuned, it
+        # has no such thread to wait for.
+        validation_batches = without_autotuning(validation_batches)
+        if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+            # A known length: else the first validation ends in Keras' "Your input ran out
+            # of data; interrupting training" warning. (Multi-worker data is not counted.)
+            validation_batches = validation_batches.apply(
+                tf.data.experimental.assert_cardinality(count_batches(validation_batches))
+            )
 
     model, schedule = build_and_compile(
         task, tokenizers, train_data.labels, strategy, t.epochs * steps_per_epoch
@@ -193,7 +191,6 @@ def train(
         validation_batches,
         schedule=schedule,
         steps_per_epoch=steps_per_epoch,
-        validation_steps=validation_steps,
         start=start,
         saved_model=model.to_plain,
         task_callbacks=callbacks,

@@ -34,7 +34,6 @@ def fit_and_save(
     *,
     schedule: TransformerSchedule,
     steps_per_epoch: int,
-    validation_steps: int | None = None,
     start: float,
     saved_model: Callable[[], keras.Model],
     task_callbacks: Sequence[keras.callbacks.Callback] = (),
@@ -53,7 +52,6 @@ def fit_and_save(
             training data repeats without end.
         schedule: the learning-rate schedule (`BudgetHorizon` moves its horizon).
         steps_per_epoch: steps of one epoch (the planned end is `epochs` of them).
-        validation_steps: batches of each validation (None: until `validation_data` ends).
         start: `time.monotonic()` at the start of the run (the time budget's origin).
         saved_model: returns the model to save (the plain model, without training state).
         task_callbacks: the task's own callbacks (`Task.callbacks`).
@@ -92,7 +90,7 @@ def fit_and_save(
         epochs=t.epochs,
         steps_per_epoch=steps_per_epoch,
         validation_data=validation_data,
-        validation_steps=validation_steps,
+        validation_steps=t.validation_steps,
         callbacks=callbacks,
         verbose=t.verbose,
         shuffle=False,  # make_batches already shuffles; Keras ignores (and warns) for datasets
