@@ -1,7 +1,8 @@
 """What a benchmark prints about the machine, with the standard library only (a benchmark's
 parent process, which never imports TensorFlow, uses it too): the CPU model, the busy CPU
 time of the whole machine, and from it the cores other processes keep busy (`OtherLoad`),
-and the CPU time the hypervisor took (steal)."""
+the CPU time the hypervisor took (steal), and the stretches in which a process sat idle
+(`CpuSampler`, `idle_stretches`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import math
 import os
 import platform
 import resource
+import threading
 import time
 
 
@@ -75,3 +77,57 @@ class OtherLoad:
             return math.nan
         busy, own = now[0] - self.counters[0], now[1] - self.counters[1]
         return max(0.0, busy - own) / (time.perf_counter() - self.wall)
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds of process `pid`, all its threads (/proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+        fields = f.read().rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def idle_stretches(
+    samples: list[tuple[float, float]], *, below_cores: float = 0.3, min_seconds: float = 8.0
+) -> list[tuple[float, float]]:
+    """`(start, seconds)` of each stretch of at least `min_seconds` in which a process used
+    fewer than `below_cores` cores, from `(wall seconds, CPU seconds)` samples in time
+    order (`CpuSampler`): a process that should keep its cores busy (training) but waits."""
+    stretches, start = [], None
+    for (t0, c0), (t1, c1) in zip(samples, samples[1:]):
+        if (c1 - c0) / (t1 - t0) < below_cores:
+            start = t0 if start is None else start
+            continue
+        if start is not None and t0 - start >= min_seconds:
+            stretches.append((start, t0 - start))
+        start = None
+    if start is not None and samples[-1][0] - start >= min_seconds:
+        stretches.append((start, samples[-1][0] - start))
+    return stretches
+
+
+class CpuSampler:
+    """Samples a process' CPU seconds every `interval` seconds, in a thread, from `start()`
+    until `stop()` or the process' end; `stop()` returns the `(wall, CPU)` samples."""
+
+    def __init__(self, pid: int, interval: float = 1.0):
+        self.pid, self.interval = pid, interval
+        self.samples: list[tuple[float, float]] = []
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> CpuSampler:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._done.is_set():
+            try:
+                self.samples.append((time.monotonic(), process_cpu_seconds(self.pid)))
+            except (OSError, ValueError, IndexError):  # the process has ended
+                return
+            self._done.wait(self.interval)
+
+    def stop(self) -> list[tuple[float, float]]:
+        self._done.set()
+        self._thread.join()
+        return self.samples

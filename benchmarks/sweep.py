@@ -25,7 +25,8 @@ validation BLEU curve the run logged while training (`bleu.jsonl`: greedy, the r
 `bleu_max_sentences`), BLEU on the whole split, the beam outputs' length ratio, outputs that
 loop (a word 3-gram three times or more), the cores other processes kept busy, and the
 cores the hypervisor took (steal: on a shared host a run gets fewer steps for its minutes
-with nothing else running here).
+with nothing else running here), and the seconds the training process sat idle (stalls:
+stretches of 8 s or more under 0.3 cores, sampled every second from /proc).
 
     python benchmarks/sweep.py benchmarks/sweeps/multi30k_screen.yaml --work-dir runs/sweep
 """
@@ -44,7 +45,13 @@ import time
 from collections import Counter
 
 import yaml
-from _machine import cpu_model, machine_cpu_seconds, machine_steal_seconds
+from _machine import (
+    CpuSampler,
+    cpu_model,
+    idle_stretches,
+    machine_cpu_seconds,
+    machine_steal_seconds,
+)
 from recipe import DEFAULT_MULTI30K_DIR
 
 ROW_FILE = "sweep.json"
@@ -134,8 +141,11 @@ def train_variant(sweep: dict, name: str, run_dir: str, multi30k: str) -> dict:
     start = time.perf_counter()
     os.makedirs(run_dir)
     with open(os.path.join(run_dir, "sweep_train.log"), "w", encoding="utf-8") as log:
-        code = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        sampler = CpuSampler(process.pid).start()
+        code = process.wait()
     wall = time.perf_counter() - start
+    stalls = idle_stretches(sampler.stop())
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     child_seconds = (children.ru_utime - children_before.ru_utime) + (
         children.ru_stime - children_before.ru_stime
@@ -147,7 +157,12 @@ def train_variant(sweep: dict, name: str, run_dir: str, multi30k: str) -> dict:
         )
     others = max(0.0, machine_cpu_seconds()[0] - busy_before - child_seconds) / wall
     steal = (machine_steal_seconds() - steal_before) / wall
-    return {"wall_minutes": wall / 60, "others_cores": others, "steal_cores": steal}
+    return {
+        "wall_minutes": wall / 60,
+        "others_cores": others,
+        "steal_cores": steal,
+        "stalled_seconds": sum(seconds for _, seconds in stalls),
+    }
 
 
 def score_variant(run_dir: str, multi30k: str, beam_size: int | None) -> dict:
@@ -206,8 +221,9 @@ def table(rows: list[dict]) -> str:
     """The sweep's Markdown table, one row per variant."""
     lines = [
         "| variant | overrides | steps (epochs) | minutes | val BLEU while training "
-        "(minutes: BLEU) | val greedy | val beam | beam ratio | looping | others | steal |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "(minutes: BLEU) | val greedy | val beam | beam ratio | looping | others | steal "
+        "| stalled s |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
         overrides = ", ".join(f"{k}={v}" for k, v in r["overrides"].items()) or "(none)"
@@ -216,10 +232,11 @@ def table(rows: list[dict]) -> str:
         ratio = f"{r['val_beam_ratio']:.3f}" if "val_beam" in r else "-"
         looping = r.get("val_beam_loops", r["val_greedy_loops"])
         steal = f"{r['steal_cores']:.2f}" if "steal_cores" in r else "-"  # older rows: none
+        stalled = f"{r['stalled_seconds']:.0f}" if "stalled_seconds" in r else "-"
         lines.append(
             f"| {r['variant']} | {overrides} | {r['steps']} ({r['epochs']}) "
             f"| {r['wall_minutes']:.1f} | {curve} | {r['val_greedy']:.2f} | {beam} | {ratio} "
-            f"| {looping} | {r['others_cores']:.2f} | {steal} |"
+            f"| {looping} | {r['others_cores']:.2f} | {steal} | {stalled} |"
         )
     return "\n".join(lines)
 

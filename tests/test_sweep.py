@@ -104,13 +104,14 @@ def test_table_has_a_row_per_variant_with_and_without_beam():
     }
     beam = {**base, "variant": "fine", "overrides": {"data.bucket_step": 2}}
     beam.update(val_beam=31.2, val_beam_ratio=0.987, val_beam_loops=1, steal_cores=0.291)
+    beam["stalled_seconds"] = 37.6
     lines = sweep.table([base, beam]).splitlines()
     assert len(lines) == 4
-    assert lines[2] == (  # a row saved before steal was measured has none
-        "| base | (none) | 420 (3) | 12.0 | 6: 20.1, 12: 28.5 | 29.87 | - | - | 2 | 0.04 | - |"
+    assert lines[2] == (  # a row saved before steal and stalls were measured has neither
+        "| base | (none) | 420 (3) | 12.0 | 6: 20.1, 12: 28.5 | 29.87 | - | - | 2 | 0.04 | - | - |"
     )
     assert lines[3].startswith("| fine | data.bucket_step=2 |")
-    assert lines[3].endswith("| 31.20 | 0.987 | 1 | 0.04 | 0.29 |")
+    assert lines[3].endswith("| 31.20 | 0.987 | 1 | 0.04 | 0.29 | 38 |")
 
 
 def test_steal_is_counted_apart_from_busy_time(monkeypatch):
@@ -122,3 +123,32 @@ def test_steal_is_counted_apart_from_busy_time(monkeypatch):
     busy, total = _machine.machine_cpu_seconds()
     assert busy == pytest.approx(180 / ticks) and total == pytest.approx(1000 / ticks)
     assert _machine.machine_steal_seconds() == pytest.approx(110 / ticks)
+
+
+def test_idle_stretches_are_the_long_runs_under_the_threshold():
+    from _machine import idle_stretches
+
+    # (wall, CPU) each second: busy (2 cores), idle for 10 s from t=3, busy, idle 3 s, busy,
+    # and idle again until the end (9 s).
+    rates = [2.0] * 3 + [0.1] * 10 + [2.0] * 4 + [0.0] * 3 + [1.5] * 2 + [0.2] * 9
+    samples, cpu = [(0.0, 0.0)], 0.0
+    for second, rate in enumerate(rates, start=1):
+        cpu += rate
+        samples.append((float(second), cpu))
+    assert idle_stretches(samples) == [(3.0, 10.0), (22.0, 9.0)]  # the 3-s one is too short
+    assert idle_stretches(samples, min_seconds=2.0)[1] == (17.0, 3.0)
+    assert idle_stretches(samples, below_cores=0.05, min_seconds=2.0) == [(17.0, 3.0)]
+
+
+def test_cpu_sampler_sees_a_sleeping_process_idle_and_stops_at_its_end():
+    import subprocess
+
+    from _machine import CpuSampler, idle_stretches
+
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(2.5)"])
+    sampler = CpuSampler(process.pid, interval=0.2).start()
+    process.wait()
+    samples = sampler.stop()
+    assert len(samples) >= 5 and samples == sorted(samples)
+    stretches = idle_stretches(samples, min_seconds=1.0)
+    assert len(stretches) == 1 and stretches[0][1] >= 1.0
