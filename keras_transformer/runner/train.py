@@ -145,7 +145,10 @@ def train(
     if steps_per_epoch is None:
         steps_per_epoch = count_batches(train_batches)
         logger.info("An epoch is %d steps.", steps_per_epoch)
-    if config.data.drop_remainder and count_batches(train_batches.take(1)) == 0:
+    # No full batch: a counted epoch of 0 steps or, with the steps given, no first batch.
+    if config.data.drop_remainder and not (
+        count_batches(train_batches.take(1)) if t.steps_per_epoch else steps_per_epoch
+    ):
         d = config.data
         batch = f"{d.tokens_per_batch} tokens" if d.tokens_per_batch else f"{d.batch_size} examples"
         raise ValueError(
@@ -155,7 +158,7 @@ def train(
             "data.drop_remainder=false."
         )
     # A tf.data iterator, destroyed, waits for its autotuning thread to wake: the training
-    # process sat idle for 13-60 s at some epoch starts and validations (README, Results).
+    # process sat idle for 9-60 s at some epoch starts and validations (README, Results).
     # So the training data repeats and `fit` is told the steps of an epoch: Keras then keeps
     # one iterator for the whole run. An epoch is one pass (each length bucket makes the
     # same number of batches every pass); with sampled segmentations
