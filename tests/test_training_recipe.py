@@ -113,6 +113,14 @@ def test_drop_remainder_with_no_full_batch_is_an_error(tmp_path, multi30k_dir, s
     assert not os.path.exists(RunPaths(str(tmp_path / "run")).model)
 
 
+def test_training_data_with_no_example_left_is_an_error(tmp_path, multi30k_dir):
+    # Every source is a sentence: longer than two pieces (EOS included); the limit drops all.
+    config = _config(tmp_path, multi30k_dir, "translation.max_source_length=2")
+    with pytest.raises(ValueError, match=r"makes no batch: no training example is left"):
+        train(config)
+    assert not os.path.exists(RunPaths(str(tmp_path / "run")).model)
+
+
 @pytest.mark.slow
 def test_linear_decay_average_and_bleu_log(tmp_path, multi30k_dir):
     config = _config(

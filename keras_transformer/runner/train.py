@@ -64,6 +64,27 @@ class TrainingResult:
         return self.task.load_predictor(self.paths.root, **options)
 
 
+def _no_batch_message(data) -> str:
+    """The error for training data that makes no batch (`data`: the config's section)."""
+    if data.drop_remainder:
+        batch = (
+            f"{data.tokens_per_batch} tokens"
+            if data.tokens_per_batch
+            else f"{data.batch_size} examples"
+        )
+        return (
+            "Received training data that makes no full batch with "
+            f"`data.drop_remainder=True`: no length bucket fills a batch of {batch}. "
+            "Expected more training examples, smaller batches, or "
+            "data.drop_remainder=false."
+        )
+    return (
+        "Received training data that makes no batch: no training example is left after "
+        "reading the split and dropping the examples over the task's length limits "
+        "(its `max_*_length` options). Expected at least one training example within them."
+    )
+
+
 def train(
     config: ExperimentConfig,
     run_dir: str | None = None,
@@ -145,18 +166,14 @@ def train(
     if steps_per_epoch is None:
         steps_per_epoch = count_batches(train_batches)
         logger.info("An epoch is %d steps.", steps_per_epoch)
-    # No full batch: a counted epoch of 0 steps or, with the steps given, no first batch.
-    if config.data.drop_remainder and not (
-        count_batches(train_batches.take(1)) if t.steps_per_epoch else steps_per_epoch
+    # No batch: a counted epoch of 0 steps or, with the steps given and only full batches
+    # kept, no first batch.
+    if not (
+        count_batches(train_batches.take(1))
+        if t.steps_per_epoch and config.data.drop_remainder
+        else steps_per_epoch
     ):
-        d = config.data
-        batch = f"{d.tokens_per_batch} tokens" if d.tokens_per_batch else f"{d.batch_size} examples"
-        raise ValueError(
-            "Received training data that makes no full batch with "
-            f"`data.drop_remainder=True`: no length bucket fills a batch of {batch}. "
-            "Expected more training examples, smaller batches, or "
-            "data.drop_remainder=false."
-        )
+        raise ValueError(_no_batch_message(config.data))
     # A tf.data iterator, destroyed, waits for its autotuning thread to wake: the training
     # process sat idle for 9-60 s at some epoch starts and validations (README, Results).
     # So the training data repeats and `fit` is told the steps of an epoch: Keras then keeps
