@@ -7,33 +7,19 @@ import argparse
 import math
 import os
 import statistics
-import subprocess
 
 from _compare_peak import DTYPES, SIZES
 from _compare_timing import Side, print_table, spread, verdict
-from _machine import cpu_model
+from _machine import commit, cpu_model
 
 PEAK_KEY = {"fp32": "float32", "bf16": "bfloat16"}
 TARGETS = {"torch": 1.3, "keras_hub": 1.15, "mfu": 0.5}
 
 
-def _commit() -> str:
-    here = os.path.dirname(os.path.abspath(__file__))
-
-    def git(*command: str) -> str:
-        done = subprocess.run(
-            ["git", *command], cwd=here, capture_output=True, text=True, check=False
-        )
-        return done.stdout.strip() if done.returncode == 0 else ""
-
-    commit = git("rev-parse", "--short", "HEAD") or "unknown"
-    return commit + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
-
-
 def describe_machine(versions: str, torch_threads: int) -> None:
     print(
         f"{cpu_model()}, {os.cpu_count()} CPUs (load average {os.getloadavg()[0]:.1f}); "
-        f"{versions}; PyTorch threads {torch_threads}; commit {_commit()}"
+        f"{versions}; PyTorch threads {torch_threads}; commit {commit()}"
     )
 
 

@@ -1,8 +1,8 @@
 """What a benchmark prints about the machine, with the standard library only (a benchmark's
-parent process, which never imports TensorFlow, uses it too): the CPU model, the busy CPU
-time of the whole machine, and from it the cores other processes keep busy (`OtherLoad`),
-the CPU time the hypervisor took (steal), and the stretches in which a process sat idle
-(`CpuSampler`, `idle_stretches`)."""
+parent process, which never imports TensorFlow, uses it too): the checkout's commit, the CPU
+model, the busy CPU time of the whole machine, and from it the cores other processes keep
+busy (`OtherLoad`), the CPU time the hypervisor took (steal), and the stretches in which a
+process sat idle (`CpuSampler`, `idle_stretches`)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,25 @@ import math
 import os
 import platform
 import resource
+import subprocess
 import threading
 import time
+
+
+def commit() -> str:
+    """The checkout's short commit (`-dirty` when tracked files differ from it), or
+    "unknown" outside a git checkout."""
+    here = os.path.dirname(os.path.abspath(__file__))
+
+    def git(*command: str) -> str:
+        try:
+            done = subprocess.run(["git", *command], cwd=here, capture_output=True, text=True)
+        except OSError:
+            return ""
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    head = git("rev-parse", "--short", "HEAD") or "unknown"
+    return head + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
 def cpu_model() -> str:

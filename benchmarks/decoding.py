@@ -33,7 +33,6 @@ import argparse
 import dataclasses
 import os
 import statistics
-import subprocess
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -41,7 +40,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from _machine import OtherLoad, cpu_model  # noqa: E402
+from _machine import OtherLoad, commit, cpu_model  # noqa: E402
 
 from keras_transformer import Transformer  # noqa: E402
 from keras_transformer.constants import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
@@ -151,23 +150,6 @@ def cached_decoder(model: Transformer, method: str, tokens: int, jit: bool) -> B
     )
 
 
-def git_commit() -> str:
-    here = os.path.dirname(os.path.abspath(__file__))
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=here,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-    except OSError:
-        return "unknown"
-    return (commit or "unknown") + (" (with uncommitted changes)" if dirty else "")
-
-
 NAME_WIDTH, LATENCY_WIDTH = 15, 24
 HEADER = (
     f"{'decoding':<{NAME_WIDTH}}{'batch':>6}{'XLA':>5}{'1st call s':>12}"
@@ -236,7 +218,7 @@ def main() -> None:
     print(
         f"CPU: {cpu_model()}, {os.cpu_count()} cores"
         + (f" ({affinity} usable by this process)" if affinity != os.cpu_count() else "")
-        + f"; TF {tf.__version__}, Keras {keras.__version__}; commit {git_commit()}"
+        + f"; TF {tf.__version__}, Keras {keras.__version__}; commit {commit()}"
     )
     print(
         f"4-layer d_model=128 Transformer, random weights, V={VOCAB}, source {SOURCE_LENGTH} "

@@ -31,7 +31,7 @@ import tempfile
 import time
 from importlib import metadata
 
-from _machine import cpu_model, machine_cpu_seconds
+from _machine import commit, cpu_model, machine_cpu_seconds
 
 VOCAB = 8000
 SOURCE_LENGTH = 32
@@ -244,14 +244,6 @@ def child_recipe_ct2(run_dir: str, workdir: str) -> None:
     _own_cpu()
 
 
-def _commit() -> str:
-    """The checkout's commit (and `+changes` when the tree differs from it)."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    run = lambda *a: subprocess.run(a, cwd=here, capture_output=True, text=True).stdout  # noqa: E731
-    commit = run("git", "rev-parse", "--short", "HEAD").strip() or "unknown"
-    return commit + ("+changes" if run("git", "status", "--porcelain", "--", "..").strip() else "")
-
-
 def _cell(times: list[float]) -> str:
     ms = sorted(t * 1e3 for t in times)
     return f"{statistics.median(ms):,.1f} ({ms[0]:,.0f}-{ms[-1]:,.0f})"
@@ -327,7 +319,7 @@ def main() -> None:
     sizes = [s for s in args.sizes.split(",") if s and s != "none"]
     versions = ", ".join(f"{n} {metadata.version(n)}" for n in ("tensorflow", "ctranslate2"))
     print(f"CPU: {cpu_model()}, {os.cpu_count()} cores; Python {platform.python_version()}")
-    print(f"{versions}; commit {_commit()}")
+    print(f"{versions}; commit {commit()}")
     with tempfile.TemporaryDirectory() as workdir:
         for size in sizes:
             print_size(size, args.repeats, workdir)

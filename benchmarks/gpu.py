@@ -52,7 +52,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 from typing import Any
 
@@ -134,22 +133,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if not os.path.isdir(args.multi30k_dir):
         parser.error(f"no Multi30k copy at {args.multi30k_dir} (pass --multi30k-dir)")
     return args
-
-
-def commit() -> str:
-    """The checkout's short commit (`-dirty` when tracked files changed), or "unknown"."""
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        clean = subprocess.run(["git", "diff", "--quiet", "HEAD"], cwd=ROOT).returncode == 0
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return head if clean else f"{head}-dirty"
 
 
 def configure_devices(cpu_logical_devices: int | None) -> tuple[list[str], str]:
@@ -244,6 +227,8 @@ def main(argv: list[str] | None = None) -> None:
             f"({config.section.longest} tokens); every replica needs one example a batch."
         )
     m = config.model
+    from _machine import commit
+
     print(f"gpu benchmark: {CONFIG}, commit {commit()}")
     print(
         f"TensorFlow {tf.__version__}, Keras {keras.__version__}, Python {sys.version.split()[0]}"

@@ -31,7 +31,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from _machine import OtherLoad, cpu_model  # noqa: E402
+from _machine import OtherLoad, commit, cpu_model  # noqa: E402
 from _profile_ops import categorize, format_table, op_rows, top_ops  # noqa: E402
 
 
@@ -140,7 +140,8 @@ def main() -> None:
     rows = _convert(_newest_trace(step["logdir"]))
     print(
         f"Profile of {step['steps']} training steps of multi30k_de_en: "
-        f"{step['dtype_policy']}, jit_compile={step['jit_compile']}, TF {step['tensorflow']}; "
+        f"{step['dtype_policy']}, jit_compile={step['jit_compile']}, TF {step['tensorflow']}, "
+        f"commit {commit()}; "
         f"{cpu_model()}, {os.cpu_count()} cores; {step['wall_ms_per_step']:,.0f} ms a step "
         f"(wall, traced); other processes kept {step['other_cores']:.2f} cores busy"
     )

@@ -3,6 +3,7 @@ check and the table (the training itself is what `keras-transformer train` does,
 tests/test_training_*.py)."""
 
 import os
+import re
 import sys
 
 import pytest
@@ -123,6 +124,23 @@ def test_steal_is_counted_apart_from_busy_time(monkeypatch):
     busy, total = _machine.machine_cpu_seconds()
     assert busy == pytest.approx(180 / ticks) and total == pytest.approx(1000 / ticks)
     assert _machine.machine_steal_seconds() == pytest.approx(110 / ticks)
+
+
+def test_commit_is_the_checkouts_and_unknown_outside_one(tmp_path):
+    import shutil
+    import subprocess
+
+    import _machine
+
+    head = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    assert re.fullmatch(re.escape(head) + r"(-dirty)?", _machine.commit())
+    # A copy of the module outside any git checkout says so.
+    shutil.copy(_machine.__file__, tmp_path / "machine_copy.py")
+    code = "import machine_copy; print(machine_copy.commit())"
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
+    assert out.stdout.strip() == "unknown"
 
 
 def test_idle_stretches_are_the_long_runs_under_the_threshold():
