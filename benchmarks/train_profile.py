@@ -30,6 +30,8 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+# Other processes' cores beyond which the profile is not of this step alone (a warning).
+BUSY_CORES = 0.25
 
 from _machine import OtherLoad, commit, cpu_model  # noqa: E402
 from _profile_ops import categorize, format_table, op_rows, top_ops  # noqa: E402
@@ -37,8 +39,6 @@ from _profile_ops import categorize, format_table, op_rows, top_ops  # noqa: E40
 
 def _worker(args: argparse.Namespace) -> None:
     """Trains and traces (the TensorFlow process); writes the trace and `step.json`."""
-    import time
-
     import keras
     import tensorflow as tf
 
@@ -69,23 +69,22 @@ def _worker(args: argparse.Namespace) -> None:
     model, _ = build_and_compile(
         task, tokenizers, None, strategy, config.training.epochs * steps_per_epoch
     )
-    batches = batches.repeat()
-    model.fit(batches, epochs=1, steps_per_epoch=args.skip, verbose=0)  # traces the step
     logdir = os.path.join(args.work_dir, "profile")
-    others = OtherLoad()
-    tf.profiler.experimental.start(logdir)
-    others.start()
-    started = time.perf_counter()
-    model.fit(batches, epochs=1, steps_per_epoch=args.steps, verbose=0)
-    wall = time.perf_counter() - started
-    other_cores = others.cores()
-    tf.profiler.experimental.stop()
+    trace = _trace_callback()(logdir, first=args.skip, steps=args.steps)
+    # One iterator for warm-up and trace: the shuffle buffer fills before the trace starts.
+    model.fit(
+        batches.repeat(),
+        epochs=1,
+        steps_per_epoch=args.skip + args.steps,
+        callbacks=[trace],
+        verbose=0,
+    )
     with open(os.path.join(args.work_dir, "step.json"), "w", encoding="utf-8") as f:
         json.dump(
             {
-                "wall_ms_per_step": 1000 * wall / args.steps,
+                "wall_ms_per_step": 1000 * trace.wall / args.steps,
                 "steps": args.steps,
-                "other_cores": other_cores,
+                "other_cores": trace.other_cores,
                 "dtype_policy": model.dtype_policy.name,
                 "jit_compile": bool(model.jit_compile),
                 "tensorflow": tf.__version__,
@@ -93,6 +92,36 @@ def _worker(args: argparse.Namespace) -> None:
             },
             f,
         )
+
+
+def _trace_callback():
+    """A Keras callback class that traces steps `first` to `first + steps - 1` (imported in
+    the worker only: the parent process never imports TensorFlow)."""
+    import time
+
+    import keras
+    import tensorflow as tf
+
+    class Trace(keras.callbacks.Callback):
+        def __init__(self, logdir: str, *, first: int, steps: int):
+            super().__init__()
+            self.logdir, self.first, self.last = logdir, first, first + steps - 1
+
+        def on_train_batch_begin(self, batch, logs=None):
+            if batch == self.first:
+                tf.profiler.experimental.start(self.logdir)
+                self.others = OtherLoad()
+                self.others.start()
+                self.started = time.perf_counter()
+
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == self.last:
+                float(logs["loss"])  # the step has run, not only been dispatched
+                self.wall = time.perf_counter() - self.started
+                self.other_cores = self.others.cores()
+                tf.profiler.experimental.stop()
+
+    return Trace
 
 
 def _newest_trace(logdir: str) -> str:
@@ -145,6 +174,11 @@ def main() -> None:
         f"{cpu_model()}, {os.cpu_count()} cores; {step['wall_ms_per_step']:,.0f} ms a step "
         f"(wall, traced); other processes kept {step['other_cores']:.2f} cores busy"
     )
+    if step["other_cores"] > BUSY_CORES:
+        print(
+            f"WARNING: other processes kept {step['other_cores']:.2f} cores busy (more than "
+            f"{BUSY_CORES}): op times include waiting for the CPU; profile a quiet machine."
+        )
     print(format_table(categorize(rows), steps=step["steps"]))
     print()
     print(top_ops(rows, steps=step["steps"]))
