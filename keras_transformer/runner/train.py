@@ -80,7 +80,7 @@ def _no_batch_message(data) -> str:
         )
     return (
         "Received training data that makes no batch: no training example is left after "
-        "reading the split and dropping the examples over the task's length limits "
+        "reading the training data and dropping the examples over the task's length limits "
         "(its `max_*_length` options). Expected at least one training example within them."
     )
 
