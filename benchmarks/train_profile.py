@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import importlib.util
 import json
 import os
 import subprocess
@@ -133,12 +134,8 @@ def _newest_trace(logdir: str) -> str:
 
 def _convert(trace: str) -> list[dict]:
     """`framework_op_stats` of the trace, by xprof (no TensorFlow in this process)."""
-    try:
-        from xprof.convert import raw_to_tool_data
-    except ImportError as error:
-        raise SystemExit(
-            "The op profile needs xprof (the `bench` extra): pip install -e '.[bench]'."
-        ) from error
+    from xprof.convert import raw_to_tool_data
+
     data, _ = raw_to_tool_data.xspace_to_tool_data([trace], "framework_op_stats", {})
     return op_rows(json.loads(data))
 
@@ -162,6 +159,10 @@ def main() -> None:
     if args.worker:
         _worker(args)
         return
+    if importlib.util.find_spec("xprof") is None:  # checked before minutes of training
+        raise SystemExit(
+            "The op profile needs xprof (the `bench` extra): pip install -e '.[bench]'."
+        )
     worker = [sys.executable, os.path.abspath(__file__), "--worker", *sys.argv[1:]]
     subprocess.run(worker, check=True)
     with open(os.path.join(args.work_dir, "step.json"), encoding="utf-8") as f:
