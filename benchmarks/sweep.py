@@ -27,6 +27,9 @@ loop (a word 3-gram three times or more), the cores other processes kept busy, a
 cores the hypervisor took (steal: on a shared host a run gets fewer steps for its minutes
 with nothing else running here), and the seconds the training process sat idle (stalls:
 stretches of 8 s or more under 0.3 cores, sampled every second from /proc).
+`--average-last N` (repeatable) adds a row `NAME+avgN` for each variant: the same run scored
+with the mean of its last N epochs' weights (checkpoint averaging; the recipe keeps 5), so
+the two rows compare averaging alone, at no training cost.
 
     python benchmarks/sweep.py benchmarks/sweeps/multi30k_screen.yaml --work-dir runs/sweep
 """
@@ -165,19 +168,35 @@ def train_variant(sweep: dict, name: str, run_dir: str, multi30k: str) -> dict:
     }
 
 
-def score_variant(run_dir: str, multi30k: str, beam_size: int | None) -> dict:
-    """BLEU of the whole validation split, greedy and (with `beam_size`) beam search."""
+def score_variant(
+    run_dir: str, multi30k: str, beam_size: int | None, average_last: int | None = None
+) -> dict:
+    """BLEU of the whole validation split, greedy and (with `beam_size`) beam search; with
+    `average_last`, of the mean of the weights saved at the end of the run's last N epochs
+    (checkpoint averaging, `keras-transformer average`) instead of its final weights."""
     from recipe import SETS, read
 
     from keras_transformer.evaluation import score_corpus
     from keras_transformer.predictors import Translator
+    from keras_transformer.run_dir import RunPaths
+    from keras_transformer.training.averaging import average_weights
+    from keras_transformer.training.budget import epoch_weight_files
 
+    files = epoch_weight_files(RunPaths(run_dir).checkpoints)
+    if average_last and len(files) < average_last:
+        raise ValueError(
+            f"Received --average-last {average_last}, but {run_dir} kept the weights of "
+            f"{len(files)} epoch(s). Expected at most {len(files)} (more are kept with "
+            "training.average_last)."
+        )
     sources, references = (read(multi30k, name) for name in SETS["val"])
     row = {}
     for method, beam in (("greedy", 1), ("beam", beam_size)):
         if not beam:
             continue
         translator = Translator.from_run_dir(run_dir, batch_size=128, beam_size=beam)
+        if average_last:
+            average_weights(translator.model, files[-average_last:])
         hypotheses = translator.translate(sources)
         result = score_corpus(hypotheses, references, metrics=("bleu",))
         ratio = re.search(r"ratio = ([0-9.]+)", result.details["bleu"])
@@ -186,6 +205,19 @@ def score_variant(run_dir: str, multi30k: str, beam_size: int | None) -> dict:
         row[f"val_{method}_loops"] = sum(loops(h) for h in hypotheses)
         row["signature"] = result.signatures["bleu"]
     return row
+
+
+def averaged_row(row: dict, args: argparse.Namespace, last: int) -> dict:
+    """A trained variant's row scored again with its last `last` epochs' weights averaged
+    (`NAME+avgN`, saved as `WORK_DIR/NAME/sweep_avgN.json`): the same training, so the two
+    rows compare checkpoint averaging alone."""
+    run_dir = os.path.join(args.work_dir, row["variant"])
+    path = os.path.join(run_dir, f"sweep_avg{last}.json")
+    if not os.path.exists(path):
+        scores = score_variant(run_dir, args.multi30k_dir, args.beam_size, average_last=last)
+        write_json(path, {**row, "variant": f"{row['variant']}+avg{last}", **scores})
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
 
 
 def run_variant(sweep: dict, name: str, args: argparse.Namespace) -> dict:
@@ -247,8 +279,17 @@ def main() -> None:
     parser.add_argument("--work-dir", required=True, help="one run directory per variant here")
     parser.add_argument("--only", action="append", default=[], help="train only these variants")
     parser.add_argument("--beam-size", type=int, default=None, help="also score beam search")
+    parser.add_argument(
+        "--average-last",
+        type=int,
+        action="append",
+        default=[],
+        help="also score each variant with its last N epochs' weights averaged (repeatable)",
+    )
     parser.add_argument("--multi30k-dir", default=DEFAULT_MULTI30K_DIR)
     args = parser.parse_args()
+    if any(n < 1 for n in args.average_last):
+        parser.error(f"--average-last expects positive numbers of epochs; got {args.average_last}")
     args.multi30k_dir = os.path.abspath(args.multi30k_dir)
     sweep = load_sweep(args.sweep)
     names = args.only or list(sweep["variants"])
@@ -268,8 +309,10 @@ def main() -> None:
     )
     rows = []
     for name in names:
-        rows.append(run_variant(sweep, name, args))
-        print(f"{name}: {json.dumps(rows[-1])}", flush=True)
+        trained = run_variant(sweep, name, args)
+        rows += [trained] + [averaged_row(trained, args, n) for n in args.average_last]
+        for row in rows[-1 - len(args.average_last) :]:
+            print(f"{row['variant']}: {json.dumps(row)}", flush=True)
     print(table(rows))
 
 

@@ -170,3 +170,12 @@ def test_cpu_sampler_sees_a_sleeping_process_idle_and_stops_at_its_end():
     assert len(samples) >= 5 and samples == sorted(samples)
     stretches = idle_stretches(samples, min_seconds=1.0)
     assert len(stretches) == 1 and stretches[0][1] >= 1.0
+
+
+def test_averaging_more_epochs_than_a_run_kept_is_refused(tmp_path):
+    checkpoints = tmp_path / "run" / "checkpoints"
+    checkpoints.mkdir(parents=True)
+    for epoch in (19, 20):
+        (checkpoints / f"epoch-{epoch:03d}.weights.h5").write_bytes(b"")
+    with pytest.raises(ValueError, match=r"--average-last 3.*kept the weights of 2 epoch"):
+        sweep.score_variant(str(tmp_path / "run"), str(tmp_path), None, average_last=3)
