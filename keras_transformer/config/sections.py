@@ -28,26 +28,34 @@ from keras_transformer.validation import (
     check_rate,
 )
 
+# `model` options that change how a model trains, not what it computes.
+TRAINING_ONLY = ("remat", "fast_dropout")
+
 
 @dataclass
 class ModelConfig(ArchitectureConfig):
     """The `model` section: a `TransformerConfig` without the vocabulary sizes.
 
     The vocabulary sizes come from the tokenizers trained (or loaded) for the run. Fields
-    and defaults are those of `ArchitectureConfig`; `remat` adds gradient recomputation.
+    and defaults are those of `ArchitectureConfig`; the training-only options (how the
+    model trains, not what it computes: `TRAINING_ONLY`) are not part of the architecture.
 
     Attributes:
         remat: recompute each encoder/decoder layer's activations in the backward pass
             (`keras.RematScope`, i.e. `tf.recompute_grad`) to save memory.
+        fast_dropout: draw the dropout masks as 16-bit random integers, two per 32-bit
+            draw (`layers.dropout`: the same keep probability to 1/65536, a cheaper mask)
+            instead of Keras' float uniforms.
     """
 
     remat: bool = False
+    fast_dropout: bool = False
 
     def to_transformer_config(
         self, source_vocab_size: int, target_vocab_size: int
     ) -> TransformerConfig:
         """The full architecture once the vocabulary sizes are known."""
-        values = {k: v for k, v in dataclasses.asdict(self).items() if k != "remat"}
+        values = {k: v for k, v in dataclasses.asdict(self).items() if k not in TRAINING_ONLY}
         return TransformerConfig(
             source_vocab_size=source_vocab_size, target_vocab_size=target_vocab_size, **values
         )
@@ -218,8 +226,7 @@ class TrainingConfig:
 
 def validate_model(m: ModelConfig) -> None:
     """Checks the `model` section; raises `ValueError` naming the key."""
-    architecture = dataclasses.asdict(m)
-    del architecture["remat"]
+    architecture = {k: v for k, v in dataclasses.asdict(m).items() if k not in TRAINING_ONLY}
     check_architecture("model.", **architecture)
     if m.pad_id != 0:
         raise ValueError(

@@ -2,6 +2,7 @@
 
 from keras_transformer.layers.decoder import Decoder
 from keras_transformer.layers.decoder_layer import DecoderLayer
+from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.embedding import TransformerEmbedding
 from keras_transformer.layers.encoder import Encoder
 from keras_transformer.layers.encoder_layer import EncoderLayer
@@ -12,6 +13,7 @@ from keras_transformer.layers.positional_encoding import PositionalEncoding
 __all__ = [
     "Decoder",
     "DecoderLayer",
+    "Dropout",
     "Encoder",
     "EncoderLayer",
     "FeedForward",

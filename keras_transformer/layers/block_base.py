@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 import keras
 
+from keras_transformer.layers.dropout import Dropout
 from keras_transformer.validation import check_architecture
 
 
@@ -88,9 +89,7 @@ class BlockBase(keras.layers.Layer):
             epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=f"{prefix}_norm"
         )
         norm.build(inputs_shape)
-        dropout = keras.layers.Dropout(
-            self.dropout, dtype=self.dtype_policy, name=f"{prefix}_dropout"
-        )
+        dropout = Dropout(self.dropout, dtype=self.dtype_policy, name=f"{prefix}_dropout")
         setattr(self, f"{prefix}_norm", norm)
         setattr(self, f"{prefix}_dropout", dropout)
 

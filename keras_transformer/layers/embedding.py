@@ -7,6 +7,7 @@ import math
 import keras
 from keras import ops
 
+from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.positional_encoding import PositionalEncoding
 from keras_transformer.validation import check_architecture
 
@@ -79,9 +80,7 @@ class TransformerEmbedding(keras.layers.Layer):
             self.max_length, dtype=self.dtype_policy, name="position_encoding"
         )
         self.position_encoding.build((None, None, self.d_model))
-        self.dropout_layer = keras.layers.Dropout(
-            self.dropout, dtype=self.dtype_policy, name="dropout"
-        )
+        self.dropout_layer = Dropout(self.dropout, dtype=self.dtype_policy, name="dropout")
         self.built = True
 
     def call(self, token_ids, start_index=0, training=None):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import keras
 
+from keras_transformer.layers.dropout import Dropout
 from keras_transformer.validation import check_positive_int, check_rate
 
 
@@ -58,9 +59,7 @@ class FeedForward(keras.layers.Layer):
             self.d_ff, activation=self.activation, name="inner_dense", **common
         )
         self.inner_dense.build(inputs_shape)
-        self.dropout_layer = keras.layers.Dropout(
-            self.dropout, dtype=self.dtype_policy, name="dropout"
-        )
+        self.dropout_layer = Dropout(self.dropout, dtype=self.dtype_policy, name="dropout")
         self.output_dense = keras.layers.Dense(d_model, name="output_dense", **common)
         self.output_dense.build((*inputs_shape[:-1], self.d_ff))
         self.built = True

@@ -7,6 +7,7 @@ import math
 import keras
 from keras import ops
 
+from keras_transformer.layers.dropout import Dropout
 from keras_transformer.validation import check_positive_int, check_rate
 
 
@@ -158,7 +159,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.value_dense.build(value_shape)
         self.output_dense = self._dense(output_dim, "attention_output")
         self.output_dense.build((*query_shape[:-1], self.num_heads * self.value_dim))
-        self.dropout_layer = keras.layers.Dropout(
+        self.dropout_layer = Dropout(
             self.dropout, dtype=self.dtype_policy, name="attention_dropout"
         )
         self.built = True

@@ -10,6 +10,7 @@ from keras import ops
 
 from keras_transformer import masks
 from keras_transformer.constants import POOLINGS
+from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.encoder import Encoder
 from keras_transformer.models.presets import stack_preset_config
 from keras_transformer.validation import (
@@ -177,9 +178,7 @@ class TransformerEncoderModel(keras.Model):
                 self.d_model, activation="tanh", dtype=self.dtype_policy, name="pooler"
             )
             self.pooler.build(features_shape)
-        self.head_dropout = keras.layers.Dropout(
-            self.dropout, dtype=self.dtype_policy, name="head_dropout"
-        )
+        self.head_dropout = Dropout(self.dropout, dtype=self.dtype_policy, name="head_dropout")
         self.classifier = keras.layers.Dense(
             self.num_classes, dtype=self.dtype_policy, name="classifier"
         )

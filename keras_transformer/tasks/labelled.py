@@ -71,6 +71,7 @@ class LabelledTask(Task, abc.ABC):
             TrainingEncoderModel,
             arguments,
             remat=m.remat if remat is None else remat,
+            fast_dropout=m.fast_dropout,
         )
 
     @classmethod

@@ -80,6 +80,7 @@ class LanguageModelingTask(Task):
             TrainingDecoderModel,
             arguments,
             remat=m.remat if remat is None else remat,
+            fast_dropout=m.fast_dropout,
         )
 
     @classmethod

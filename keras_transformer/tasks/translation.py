@@ -116,6 +116,7 @@ class TranslationTask(Task):
         return build_transformer(
             m.to_transformer_config(tokenizers[0].vocab_size, tokenizers[1].vocab_size),
             remat=m.remat if remat is None else remat,
+            fast_dropout=m.fast_dropout,
             dtype_policy=dtype_policy or self.config.training.dtype_policy,
             source_eos=self.section.source_eos,
         )

@@ -10,11 +10,13 @@ discarded graph), with gradient recomputation when asked.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import keras
 import numpy as np
 
+from keras_transformer.layers.dropout import fast_dropout_scope
 from keras_transformer.model_config import TransformerConfig
 from keras_transformer.models.decoder_model import TransformerDecoderModel
 from keras_transformer.models.encoder_model import TransformerEncoderModel
@@ -90,7 +92,7 @@ class TrainingDecoderModel(_PlainCopy, DistributedTrainingMixin, TransformerDeco
 
 
 def build_training_model(
-    cls: type, arguments: dict[str, Any], *, remat: bool = False
+    cls: type, arguments: dict[str, Any], *, remat: bool = False, fast_dropout: bool = False
 ) -> keras.Model:
     """Creates `cls(**arguments)` and builds it, under the current strategy scope.
 
@@ -99,6 +101,8 @@ def build_training_model(
         arguments: the model's constructor arguments (`dtype` among them, else float32).
         remat: recompute each layer's activations in the backward pass
             (`keras.RematScope`, i.e. `tf.recompute_grad`) to save memory.
+        fast_dropout: the model's `Dropout` layers draw 16-bit masks
+            (`layers.dropout.fast_dropout_scope`).
 
     Returns:
         The built model.
@@ -112,6 +116,7 @@ def build_training_model(
     >>> model.count_params() > 0
     True
     """
+    scopes = [fast_dropout_scope(fast_dropout)]
     if remat:
         # The layers of every stack are named layer_0, layer_1, ...
         num_layers = max(
@@ -119,10 +124,10 @@ def build_training_model(
             for key in ("num_layers", "num_encoder_layers", "num_decoder_layers")
         )
         names = [f"layer_{i}" for i in range(num_layers)]
-        with keras.RematScope(mode="list_of_layers", layer_names=names):
-            model = cls(**arguments)
-            _build(model)
-    else:
+        scopes.append(keras.RematScope(mode="list_of_layers", layer_names=names))
+    with contextlib.ExitStack() as stack:
+        for scope in scopes:
+            stack.enter_context(scope)
         model = cls(**arguments)
         _build(model)
     return model
@@ -132,6 +137,7 @@ def build_transformer(
     config: TransformerConfig,
     *,
     remat: bool = False,
+    fast_dropout: bool = False,
     dtype_policy: str = "float32",
     source_eos: bool | None = None,
 ) -> TrainingTransformer:
@@ -140,6 +146,7 @@ def build_transformer(
     Args:
         config: the architecture and vocabulary sizes.
         remat: recompute each layer's activations in the backward pass.
+        fast_dropout: 16-bit dropout masks (`build_training_model`).
         dtype_policy: e.g. `"mixed_float16"`, set on the model only (no global state).
         source_eos: whether the training sources end with EOS (saved with the model).
 
@@ -154,4 +161,6 @@ def build_transformer(
     'float32'
     """
     arguments = {**config.to_dict(), "dtype": dtype_policy, "source_eos": source_eos}
-    return build_training_model(TrainingTransformer, arguments, remat=remat)
+    return build_training_model(
+        TrainingTransformer, arguments, remat=remat, fast_dropout=fast_dropout
+    )
