@@ -41,11 +41,15 @@ def _sustained(run: Callable[[], None], size: int, seconds: float) -> float:
     return 2 * size**3 * count / elapsed / 1e9
 
 
-def measure(framework: str, seconds: float, warmup_s: float) -> dict[str, dict[int, float]]:
-    """{dtype: {size: sustained GFLOP/s}} of `framework` ("tf" or "torch")."""
+def measure(
+    framework: str, seconds: float, warmup_s: float, dtypes: tuple[str, ...] = DTYPES
+) -> dict[str, dict[int, float]]:
+    """{dtype: {size: sustained GFLOP/s}} of `framework` ("tf" or "torch") for `dtypes` (only
+    the precisions of the sides measured: on a CPU without bfloat16 instructions its matmuls
+    took minutes a size)."""
     warm = _matmul(framework, SIZES[1], DTYPES[0])
     _sustained(warm, SIZES[1], warmup_s)
     return {
         dtype: {size: _sustained(_matmul(framework, size, dtype), size, seconds) for size in SIZES}
-        for dtype in DTYPES
+        for dtype in dtypes
     }

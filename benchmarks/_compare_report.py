@@ -31,13 +31,14 @@ def print_peaks(peaks: dict[str, dict], args: argparse.Namespace) -> dict[str, f
     )
     rows = []
     for framework, by_dtype in peaks.items():
-        for dtype in DTYPES:
+        for dtype in (d for d in DTYPES if d in by_dtype):
             values = by_dtype[dtype]
             rows.append([f"{framework} {dtype}", *(f"{values[str(n)]:.0f}" for n in SIZES)])
     print_table(["matmul", *(f"{n}^2" for n in SIZES)], rows)
     common = {
         precision: max(max(by[dtype].values()) for by in peaks.values())
         for precision, dtype in PEAK_KEY.items()
+        if all(dtype in by for by in peaks.values())
     }
     print(
         "common peak (best of both frameworks and all sizes): "

@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 from _compare_data import load_saved, real_tokens
-from _compare_report import describe_machine, print_peaks, print_results
+from _compare_report import PEAK_KEY, describe_machine, print_peaks, print_results
 from _compare_spec import Prepared
 from _compare_timing import Repetition, Side, training_flops
 
@@ -128,9 +128,11 @@ def run_comparison(args: argparse.Namespace, sides: list[str], prepared: Prepare
 
         peaks = {}
         frameworks = ["tf"] + (["torch"] if any(s.startswith("torch") for s in sides) else [])
+        dtypes = ",".join(sorted({PEAK_KEY[r.precision] for r in records.values()}))
         for framework in frameworks:
             done = subprocess.run(
-                child("--peak", framework, "--peak-seconds", str(args.peak_seconds),
+                child("--peak", framework, "--peak-dtypes", dtypes,
+                      "--peak-seconds", str(args.peak_seconds),
                       "--peak-warmup", str(args.peak_warmup),
                       "--torch-threads", str(args.torch_threads), args=args),
                 capture_output=True, text=True, check=False,

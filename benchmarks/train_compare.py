@@ -120,6 +120,7 @@ def _arguments() -> argparse.Namespace:
     for hidden in ("--prepare", "--worker", "--peak", "--memory-child"):
         parser.add_argument(hidden, help=argparse.SUPPRESS)
     parser.add_argument("--folder", help=argparse.SUPPRESS)
+    parser.add_argument("--peak-dtypes", default="float32,bfloat16", help=argparse.SUPPRESS)
     parser.add_argument("--memory-eager", action="store_true", help=argparse.SUPPRESS)
     return parser.parse_args()
 
@@ -179,7 +180,8 @@ def main() -> None:
             import torch
 
             torch.set_num_threads(args.torch_threads)
-        peaks = measure(args.peak, args.peak_seconds, args.peak_warmup)
+        dtypes = tuple(args.peak_dtypes.split(","))
+        peaks = measure(args.peak, args.peak_seconds, args.peak_warmup, dtypes)
         print("MSG " + json.dumps(peaks))
         return
     if args.memory_child:
