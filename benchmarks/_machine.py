@@ -1,8 +1,8 @@
 """What a benchmark prints about the machine, with the standard library only (a benchmark's
-parent process, which never imports TensorFlow, uses it too): the checkout's commit, the CPU
-model, the busy CPU time of the whole machine, and from it the cores other processes keep
-busy (`OtherLoad`), the CPU time the hypervisor took (steal), and the stretches in which a
-process sat idle (`CpuSampler`, `idle_stretches`)."""
+parent process, which never imports TensorFlow, uses it too): where its Multi30k copy lies,
+the checkout's commit, the CPU model, the busy CPU time of the whole machine, and from it
+the cores other processes keep busy (`OtherLoad`), the CPU time the hypervisor took (steal),
+and the stretches in which a process sat idle (`CpuSampler`, `idle_stretches`)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,17 @@ import resource
 import subprocess
 import threading
 import time
+
+# The offline Multi30k copy: $KERAS_TRANSFORMER_MULTI30K_DIR (the name is
+# `keras_transformer.constants.MULTI30K_DIR_ENV_VAR`'s, not imported: importing the package
+# loads TensorFlow; `tests/test_sweep.py` checks the two agree), else
+# ../shared/data/multi30k beside the project.
+MULTI30K_DIR_ENV_VAR = "KERAS_TRANSFORMER_MULTI30K_DIR"
+DEFAULT_MULTI30K_DIR = os.environ.get(
+    MULTI30K_DIR_ENV_VAR,
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data")
+    + "/multi30k",
+)
 
 
 def commit() -> str:

@@ -55,8 +55,8 @@ import statistics
 import sys
 from typing import Any
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+from _machine import DEFAULT_MULTI30K_DIR
+
 CONFIG = "multi30k_de_en"
 COMPUTE_DTYPES = {"mixed_bfloat16": "bfloat16", "mixed_float16": "float16", "float32": "float32"}
 DECODE_BATCH = 32
@@ -98,9 +98,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--multi30k-dir",
-        default=os.environ.get(
-            "KERAS_TRANSFORMER_MULTI30K_DIR", os.path.join(ROOT, "..", "shared", "data", "multi30k")
-        ),
+        default=DEFAULT_MULTI30K_DIR,
         help="The offline Multi30k copy ($KERAS_TRANSFORMER_MULTI30K_DIR).",
     )
     parser.add_argument(

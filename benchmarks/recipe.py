@@ -23,19 +23,13 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf  # noqa: E402
-from _machine import cpu_model  # noqa: E402
+from _machine import DEFAULT_MULTI30K_DIR, cpu_model  # noqa: E402
 
 from keras_transformer.config import load_config  # noqa: E402
-from keras_transformer.constants import MULTI30K_DIR_ENV_VAR  # noqa: E402
 from keras_transformer.evaluation import score_corpus  # noqa: E402
 from keras_transformer.predictors import Translator  # noqa: E402
 from keras_transformer.run_dir import RunPaths  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-# The Multi30k folder: $KERAS_TRANSFORMER_MULTI30K_DIR, else ../shared beside the project.
-DEFAULT_MULTI30K_DIR = os.environ.get(
-    MULTI30K_DIR_ENV_VAR, os.path.join(HERE, "..", "..", "shared", "data", "multi30k")
-)
 SETS = {
     "val": ("val.de.gz", "val.en.gz"),
     "test_2016": ("test_2016_flickr.de.gz", "test_2016_flickr.en.gz"),

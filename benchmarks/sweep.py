@@ -49,13 +49,13 @@ from collections import Counter
 
 import yaml
 from _machine import (
+    DEFAULT_MULTI30K_DIR,
     CpuSampler,
     cpu_model,
     idle_stretches,
     machine_cpu_seconds,
     machine_steal_seconds,
 )
-from recipe import DEFAULT_MULTI30K_DIR
 
 ROW_FILE = "sweep.json"
 TRAINED_FILE = "sweep_train.json"  # written when training ends: scoring alone can be redone

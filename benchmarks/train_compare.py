@@ -70,6 +70,7 @@ import sys
 import tempfile
 
 from _compare_spec import Prepared
+from _machine import DEFAULT_MULTI30K_DIR
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.abspath(__file__)
@@ -110,10 +111,7 @@ def _arguments() -> argparse.Namespace:
     )
     parser.add_argument(
         "--multi30k-dir",
-        default=os.environ.get(
-            "KERAS_TRANSFORMER_MULTI30K_DIR",
-            os.path.join(HERE, "..", "..", "shared", "data", "multi30k"),
-        ),
+        default=DEFAULT_MULTI30K_DIR,
     )
     parser.add_argument("--work-dir", default="/tmp/keras_transformer_compare")
     parser.add_argument("--set", dest="overrides", action="append", default=[])

@@ -34,7 +34,7 @@ sys.path.insert(0, HERE)
 # Other processes' cores beyond which the profile is not of this step alone (a warning).
 BUSY_CORES = 0.25
 
-from _machine import OtherLoad, commit, cpu_model  # noqa: E402
+from _machine import DEFAULT_MULTI30K_DIR, OtherLoad, commit, cpu_model  # noqa: E402
 from _profile_ops import categorize, format_table, op_rows, top_ops  # noqa: E402
 
 
@@ -147,10 +147,7 @@ def main() -> None:
     parser.add_argument("--dtype-policy", default="float32")
     parser.add_argument(
         "--multi30k-dir",
-        default=os.environ.get(
-            "KERAS_TRANSFORMER_MULTI30K_DIR",
-            os.path.join(HERE, "..", "..", "shared", "data", "multi30k"),
-        ),
+        default=DEFAULT_MULTI30K_DIR,
     )
     parser.add_argument("--work-dir", default="/tmp/keras_transformer_profile")
     parser.add_argument("--set", dest="overrides", action="append", default=[])

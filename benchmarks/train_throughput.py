@@ -20,14 +20,13 @@ import time
 
 import keras
 import tensorflow as tf
+from _machine import DEFAULT_MULTI30K_DIR
 
 from keras_transformer.config import load_config
 from keras_transformer.run_dir import RunPaths
 from keras_transformer.runner import training_data
 from keras_transformer.tasks import get_task
 from keras_transformer.training import MaskedSparseCategoricalAccuracy, compile_model
-
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _accuracy_metric(metrics):
@@ -89,10 +88,7 @@ def main():
     parser.add_argument("--jit", choices=["off", "on", "both"], default="off")
     parser.add_argument(
         "--multi30k-dir",
-        default=os.environ.get(
-            "KERAS_TRANSFORMER_MULTI30K_DIR",
-            os.path.join(HERE, "..", "..", "shared", "data", "multi30k"),
-        ),
+        default=DEFAULT_MULTI30K_DIR,
     )
     parser.add_argument("--work-dir", default="/tmp/keras_transformer_benchmark")
     parser.add_argument("--set", dest="overrides", action="append", default=[])

@@ -179,3 +179,11 @@ def test_averaging_more_epochs_than_a_run_kept_is_refused(tmp_path):
         (checkpoints / f"epoch-{epoch:03d}.weights.h5").write_bytes(b"")
     with pytest.raises(ValueError, match=r"--average-last 3.*kept the weights of 2 epoch"):
         sweep.score_variant(str(tmp_path / "run"), str(tmp_path), None, average_last=3)
+
+
+def test_benchmarks_read_the_packages_multi30k_variable():
+    import _machine
+
+    from keras_transformer.constants import MULTI30K_DIR_ENV_VAR
+
+    assert _machine.MULTI30K_DIR_ENV_VAR == MULTI30K_DIR_ENV_VAR
