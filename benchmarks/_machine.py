@@ -42,16 +42,28 @@ def commit() -> str:
     return head + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
-def cpu_model() -> str:
-    """The CPU's model name (/proc/cpuinfo), else what `platform` knows."""
+# The vector extensions that decide a CPU's matmul speed, widest first: a model name such as
+# "AMD EPYC" is the same for an AVX2-only host and one with AVX512_BF16.
+VECTOR_FLAGS = ("amx_bf16", "avx512_bf16", "avx512f", "avx2")
+
+
+def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The CPU's model name with the vector extensions of `VECTOR_FLAGS` it has ("AMD EPYC
+    (AVX512_BF16, AVX512F, AVX2)", "AMD EPYC (AVX2)"), else what `platform` knows."""
+    name, flags = "", set()
     try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
+        with open(cpuinfo, encoding="utf-8") as f:
             for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and not name:
+                    name = value.strip()
+                elif key.strip() == "flags" and not flags:
+                    flags = set(value.split())
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    name = name or platform.processor() or platform.machine()
+    found = [flag.upper() for flag in VECTOR_FLAGS if flag in flags]
+    return f"{name} ({', '.join(found)})" if found else name
 
 
 def _cpu_fields() -> list[int]:

@@ -143,6 +143,21 @@ def test_commit_is_the_checkouts_and_unknown_outside_one(tmp_path):
     assert out.stdout.strip() == "unknown"
 
 
+def test_cpu_model_names_the_vector_extensions(tmp_path):
+    from _machine import cpu_model
+
+    # Two hosts that /proc/cpuinfo both calls "AMD EPYC": the extensions tell them apart.
+    entry = "processor\t: {0}\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse2 {1}\n\n"
+    wide, narrow = tmp_path / "wide", tmp_path / "narrow"
+    wide.write_text("".join(entry.format(i, "avx2 avx512f avx512_bf16") for i in range(2)))
+    narrow.write_text(entry.format(0, "avx avx2 fma"))
+    assert cpu_model(str(wide)) == "AMD EPYC (AVX512_BF16, AVX512F, AVX2)"
+    assert cpu_model(str(narrow)) == "AMD EPYC (AVX2)"
+    (tmp_path / "bare").write_text("processor\t: 0\nmodel name\t: Some CPU\n")
+    assert cpu_model(str(tmp_path / "bare")) == "Some CPU"
+    assert cpu_model(str(tmp_path / "absent"))  # what `platform` knows
+
+
 def test_idle_stretches_are_the_long_runs_under_the_threshold():
     from _machine import idle_stretches
 
