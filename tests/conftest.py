@@ -12,7 +12,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 def _intra_op_threads_per_worker() -> None:
     """Under pytest-xdist (`-n N`) each worker is a process with TensorFlow's own intra-op
     pool, sized to every core by default: N workers then run N times the cores' threads
-    and spin against each other. Each worker (and the processes it starts, which inherit
+    and compete for them. Each worker (and the processes it starts, which inherit
     the environment) gets its share of the cores instead; a value already set is kept.
     On a 2-core AVX2 AMD EPYC the suite took 20 min 13 s this way against 21 min 27 s
     (one run each; four of the heaviest files alone: 286 s against 324 s)."""
