@@ -96,6 +96,24 @@ def test_masked_accuracy():
     assert float(metric.result()) == 0.0
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_masked_accuracy_is_numpys_first_argmax(dtype):
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(3, 5, 11)).astype("float32")
+    logits[0, 0] = 0.0  # a tie: the first largest (id 0) is the prediction, not id 2
+    logits[0, 1, [3, 7]] = 9.0  # id 3, not 7
+    y_true = rng.integers(1, 11, size=(3, 5)).astype("int32")
+    y_true[0, :2] = [2, 7]
+    y_true[2, 3:] = 0  # padding
+    logits[1, :, 0] = -9.0
+    y_true[1] = logits[1].argmax(-1)  # a row of right predictions
+    predicted = np.asarray(keras.ops.cast(keras.ops.cast(logits, dtype), "float32")).argmax(-1)
+    real = y_true != 0
+    metric = MaskedSparseCategoricalAccuracy()
+    metric.update_state(y_true, keras.ops.cast(logits, dtype))
+    assert float(metric.result()) == pytest.approx((predicted == y_true)[real].mean())
+
+
 @pytest.mark.parametrize("step", [0, 1, 99, 3999, 4000, 10000, 100000])
 def test_schedule_matches_formula(step):
     schedule = TransformerSchedule(d_model=512, warmup_steps=4000, scale=2.0)

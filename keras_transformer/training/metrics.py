@@ -1,10 +1,18 @@
-"""Training metrics over real (non-pad) target tokens: accuracy and perplexity."""
+"""Training metrics over real (non-pad) target tokens: accuracy and perplexity.
+
+The accuracy's arg-max is TensorFlow's `tf.argmax`, not `keras.ops.argmax`: on floats the
+latter first rewrites -0.0 (an equality, a sign-bit test by bit cast, a select: four passes
+over the (B, T, V) logits), which made it 11-17x slower than `tf.argmax` over a
+(128, 32, 8000) float32 tensor on a 2-core AMD EPYC (AVX2) and 8.6% of the recipe's
+training-step op time there. Both pick the first largest logit; -0.0 and 0.0 compare equal.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 import keras
+import tensorflow as tf
 from keras import ops
 
 from keras_transformer.validation import check_non_negative_int, check_optional
@@ -41,7 +49,7 @@ class MaskedSparseCategoricalAccuracy(keras.metrics.Metric):
 
     def update_state(self, y_true, y_pred, sample_weight=None):
         y_true = ops.cast(y_true, "int32")
-        predicted = ops.cast(ops.argmax(y_pred, axis=-1), "int32")
+        predicted = tf.argmax(y_pred, axis=-1, output_type=tf.int32)  # (B, T)
         weights = _weights(y_true, self.pad_id, sample_weight, self.dtype)
         right = ops.cast(ops.equal(y_true, predicted), self.dtype) * weights
         self.correct.assign_add(ops.sum(right))
