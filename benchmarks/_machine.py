@@ -6,6 +6,7 @@ and the stretches in which a process sat idle (`CpuSampler`, `idle_stretches`)."
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 import platform
@@ -24,6 +25,22 @@ DEFAULT_MULTI30K_DIR = os.environ.get(
     os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data")
     + "/multi30k",
 )
+
+
+def _use_onednn_by_default() -> None:
+    """The package's oneDNN default (`keras_transformer/onednn.py`) in benchmark processes,
+    set before they import TensorFlow, and inherited by the processes they start, so that
+    every TensorFlow side runs as the package's users' do. The module is loaded from its
+    file: importing the package would import TensorFlow."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = os.path.join(here, "..", "keras_transformer", "onednn.py")
+    spec = importlib.util.spec_from_file_location("_keras_transformer_onednn", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.use_onednn_by_default()
+
+
+_use_onednn_by_default()
 
 
 def commit() -> str:

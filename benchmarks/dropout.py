@@ -14,6 +14,7 @@ import argparse
 import statistics
 import time
 
+import _machine  # noqa: F401  (first: sets the package's oneDNN default before TF)
 import tensorflow as tf
 from _machine import commit, cpu_model
 

@@ -22,6 +22,7 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import _machine  # noqa: F401, E402  (first: sets the package's oneDNN default before TF)
 import tensorflow as tf  # noqa: E402
 from _machine import DEFAULT_MULTI30K_DIR, cpu_model  # noqa: E402
 

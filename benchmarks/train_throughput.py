@@ -18,6 +18,7 @@ import argparse
 import os
 import time
 
+import _machine  # noqa: F401  (first: sets the package's oneDNN default before TF)
 import keras
 import tensorflow as tf
 from _machine import DEFAULT_MULTI30K_DIR

@@ -17,9 +17,13 @@ export_run("runs/de-en", "exports")  # a SavedModel that TF Serving serves
 
 import importlib
 
-from keras_transformer import layers, masks
-from keras_transformer.model_config import TransformerConfig
-from keras_transformer.models import (
+from keras_transformer.onednn import use_onednn_by_default
+
+use_onednn_by_default()  # before the imports below bring in TensorFlow
+
+from keras_transformer import layers, masks  # noqa: E402
+from keras_transformer.model_config import TransformerConfig  # noqa: E402
+from keras_transformer.models import (  # noqa: E402
     PRESETS,
     Transformer,
     TransformerDecoderModel,

@@ -24,6 +24,10 @@ def _intra_op_threads_per_worker() -> None:
 
 _intra_op_threads_per_worker()
 
+# The package before TensorFlow, as the CLI imports it: its oneDNN default (onednn.py) holds
+# in the tests' processes too.
+import keras_transformer  # noqa: E402, F401, I001  # isort: skip
+
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
