@@ -4,9 +4,9 @@ TensorFlow turns its oneDNN CPU kernels (fused matmuls, LayerNorm, softmax, tran
 on by default only where the CPU has AVX512_VNNI, AVX512_BF16, AVX_VNNI or AMX; elsewhere
 (an AVX2-only CPU) it runs Eigen's kernels unless `TF_ENABLE_ONEDNN_OPTS=1` is set. It reads
 that variable once, while `tensorflow` is imported. On a 2-core AMD EPYC with AVX2 and no
-AVX512, oneDNN made the recipe's training step 1.45x as fast (`benchmarks/train_profile.py`:
-2,749 -> 1,894 ms a traced step) and cached beam 4 without XLA at batch 32 1.64x
-(`benchmarks/decoding.py`), the decoding this package exports.
+AVX512, oneDNN made the recipe's training step 1.39x as fast (`benchmarks/train_profile.py`:
+2,958 -> 2,135 ms a traced step; 1.45x in an earlier run). Decoding (`benchmarks/decoding.py`)
+moved both ways between two runs, cell by cell, and is not the reason for this default.
 
 So the package sets `TF_ENABLE_ONEDNN_OPTS=1` when it is imported before TensorFlow on an
 x86-64 Linux machine and the variable is unset: the CLI, the serving stand-in, and scripts
