@@ -34,6 +34,8 @@ def _use_onednn_by_default() -> None:
     file: importing the package would import TensorFlow."""
     here = os.path.dirname(os.path.abspath(__file__))
     path = os.path.join(here, "..", "keras_transformer", "onednn.py")
+    if not os.path.isfile(path):  # a copy of this module outside the checkout
+        return
     spec = importlib.util.spec_from_file_location("_keras_transformer_onednn", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

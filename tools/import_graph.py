@@ -27,7 +27,10 @@ PACKAGE = "keras_transformer"
 # one. Each entry is a module path relative to the package, covering that module and what
 # lies under it; the longest entry that matches a module decides its layer.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("foundation", ("constants", "validation", "compat", "storage", "masks", "model_config")),
+    (
+        "foundation",
+        ("constants", "validation", "compat", "storage", "masks", "model_config", "onednn"),
+    ),
     ("layers", ("layers",)),
     ("models", ("models", "quantization")),
     ("configuration", ("config",)),

@@ -3,7 +3,7 @@
 The accuracy's arg-max is TensorFlow's `tf.argmax`, not `keras.ops.argmax`: on floats the
 latter first rewrites -0.0 (an equality, a sign-bit test by bit cast, a select: four passes
 over the (B, T, V) logits), which made it 11-17x slower than `tf.argmax` over a
-(128, 32, 8000) float32 tensor on a 2-core AMD EPYC (AVX2) and 8.6% of the recipe's
+(128, 32, 8000) float32 tensor on a 2-core AMD EPYC (AVX2) and 8.7% of the recipe's
 training-step op time there. Both pick the first largest logit; -0.0 and 0.0 compare equal.
 """
 
