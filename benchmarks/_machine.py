@@ -2,7 +2,9 @@
 parent process, which never imports TensorFlow, uses it too): where its Multi30k copy lies,
 the checkout's commit, the CPU model, the busy CPU time of the whole machine, and from it
 the cores other processes keep busy (`OtherLoad`), the CPU time the hypervisor took (steal),
-and the stretches in which a process sat idle (`CpuSampler`, `idle_stretches`)."""
+and the stretches in which a process sat idle (`CpuSampler`, `idle_stretches`). Imported, it
+also sets the package's oneDNN default (`_use_onednn_by_default`), so a benchmark imports it
+before TensorFlow."""
 
 from __future__ import annotations
 
