@@ -179,8 +179,17 @@ class Decoder(StackBase):
             results += (tuple(new_caches),)  # N x 2 x (B, H, T_max, D)
         return results[0] if len(results) == 1 else results
 
-    def logits(self, hidden):
-        """Projects hidden states (B, T, d_model) to float32 logits (B, T, V)."""
+    def logits(self, hidden, positions=None):
+        """Projects hidden states (B, T, d_model) to float32 logits (B, T, V).
+
+        With `positions`, int (N,) indices into the B * T positions in row-major order,
+        only those are projected: logits (N, V). Training needs the logits of the real
+        (non-pad) target positions only, and the projection onto the vocabulary is the
+        step's largest matrix product after the feed-forward layers.
+        """
+        if positions is not None:
+            hidden = ops.reshape(hidden, (-1, self.d_model))  # (B * T, D)
+            hidden = ops.take(hidden, positions, axis=0)  # (N, D)
         return ops.cast(self.embedding.reverse(hidden), "float32")
 
     def init_cache(self, batch_size, max_length: int) -> tuple:

@@ -88,9 +88,13 @@ class TransformerDecoderModel(keras.Model):
         return_attention_scores: also return the per-layer self-attention weights, a list
             of (B, H, T, T).
         training: whether dropout is active.
+        logit_positions: optional int (N,) indices into the B * T positions (row-major):
+            only their logits are computed, (N, vocabulary_size). Training passes the real
+            (non-pad) positions (`training.DistributedTrainingMixin`).
 
     Returns:
-        Logits (B, T, vocabulary_size) in float32; then the list of weights if requested.
+        Logits (B, T, vocabulary_size) in float32, or (N, vocabulary_size) with
+        `logit_positions`; then the list of weights if requested.
 
     Example:
     >>> lm = TransformerDecoderModel.from_preset("tiny", vocabulary_size=100)
@@ -177,14 +181,16 @@ class TransformerDecoderModel(keras.Model):
             self.decoder.build(token_ids_shape)
         self.built = True
 
-    def call(self, token_ids, return_attention_scores: bool = False, training=None):
+    def call(
+        self, token_ids, return_attention_scores: bool = False, training=None, logit_positions=None
+    ):
         decoded = self.decoder(
             token_ids, return_attention_scores=return_attention_scores, training=training
         )  # (B, T, D)[, {"self_attention": list of (B, H, T, T)}]
         if not return_attention_scores:
-            return self.decoder.logits(decoded)  # (B, T, V)
+            return self.decoder.logits(decoded, logit_positions)  # (B, T, V) or (N, V)
         hidden, weights = decoded
-        return self.decoder.logits(hidden), weights["self_attention"]
+        return self.decoder.logits(hidden, logit_positions), weights["self_attention"]
 
     # Pieces for incremental decoding (`keras_transformer.decoding`), the prompt standing
     # where a translation model's source does.

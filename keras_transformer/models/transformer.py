@@ -56,10 +56,13 @@ class Transformer(keras.Model):
             "decoder_self_attention": [...], "cross_attention": [...]}`, per-layer
             weights (B, H, S, S), (B, H, T, T) and (B, H, T, S).
         training: whether dropout is active.
+        logit_positions: optional int (N,) indices into the B * T target positions
+            (row-major): only their logits are computed, (N, target_vocab_size). Training
+            passes the real (non-pad) positions (`training.DistributedTrainingMixin`).
 
     Returns:
-        Logits (B, T, target_vocab_size) in float32 (also under mixed precision), and the
-        attention dict if requested.
+        Logits (B, T, target_vocab_size) in float32 (also under mixed precision), or
+        (N, target_vocab_size) with `logit_positions`; and the attention dict if requested.
 
     Example:
     >>> model = Transformer.from_preset("tiny", source_vocab_size=100, target_vocab_size=90)
@@ -194,7 +197,9 @@ class Transformer(keras.Model):
         self.decoder.build(target_shape, (*source_shape, self.d_model))
         self.built = True
 
-    def call(self, inputs, return_attention_scores: bool = False, training=None):
+    def call(
+        self, inputs, return_attention_scores: bool = False, training=None, logit_positions=None
+    ):
         source_ids, target_ids = inputs
         source_mask = masks.padding_mask(source_ids, self.pad_id)  # (B, S)
         encoded = self.encoder(
@@ -214,14 +219,14 @@ class Transformer(keras.Model):
             training=training,
         )  # (B, T, D)[, dict]
         if not return_attention_scores:
-            return self.decoder.logits(decoded)  # (B, T, V)
+            return self.decoder.logits(decoded, logit_positions)  # (B, T, V) or (N, V)
         hidden, decoder_weights = decoded
         attention = {
             "encoder_self_attention": encoder_weights,
             "decoder_self_attention": decoder_weights["self_attention"],
             "cross_attention": decoder_weights["cross_attention"],
         }
-        return self.decoder.logits(hidden), attention
+        return self.decoder.logits(hidden, logit_positions), attention
 
     # Pieces for incremental decoding (`keras_transformer.decoding`).
 

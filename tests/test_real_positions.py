@@ -1,0 +1,153 @@
+"""Training and evaluation on the real (non-pad) label positions only: the models'
+`logit_positions` and the training models' steps (`DistributedTrainingMixin`)."""
+
+import keras
+import numpy as np
+import pytest
+
+from keras_transformer.models.decoder_model import TransformerDecoderModel
+from keras_transformer.models.transformer import Transformer
+from keras_transformer.training import compile_model
+from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy
+from keras_transformer.training.metrics import MaskedSparseCategoricalAccuracy
+from keras_transformer.training.models import TrainingDecoderModel, TrainingTransformer
+
+VOCAB = 23
+
+
+def padded_ids(rows, length, seed):
+    """Random ids in [4, VOCAB), each row right-padded with 0 after a random length >= 1."""
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(4, VOCAB, (rows, length)).astype("int32")
+    for row, real in enumerate(rng.integers(1, length + 1, rows)):
+        ids[row, real:] = 0
+    return ids
+
+
+def tiny(cls, **overrides):
+    arguments = {"d_model": 16, "num_heads": 2, "d_ff": 32, "dropout": 0.0, "max_length": 16}
+    arguments.update(overrides)
+    if issubclass(cls, Transformer):
+        arguments.update(
+            source_vocab_size=VOCAB,
+            target_vocab_size=VOCAB,
+            num_encoder_layers=1,
+            num_decoder_layers=2,
+        )
+    else:
+        arguments.update(vocabulary_size=VOCAB, num_layers=2)
+    return cls(**arguments)
+
+
+def batch(cls, seed=0):
+    """`(x, y)` of a batch of 6 with padding, for `cls`'s call."""
+    target = padded_ids(6, 9, seed)
+    labels = np.roll(target, -1, axis=1)
+    labels[:, -1] = 0
+    labels[target == 0] = 0
+    if issubclass(cls, Transformer):
+        return (padded_ids(6, 7, seed + 1), target), labels
+    return target, labels
+
+
+@pytest.mark.parametrize("cls", [Transformer, TransformerDecoderModel])
+def test_logit_positions_give_the_full_logits_at_those_positions(cls):
+    keras.utils.set_random_seed(1)
+    model = tiny(cls)
+    x, labels = batch(cls)
+    full = keras.ops.convert_to_numpy(model(x))  # (B, T, V)
+    positions = np.flatnonzero(labels.reshape(-1) != 0).astype("int32")
+    assert 0 < len(positions) < labels.size
+    part = keras.ops.convert_to_numpy(model(x, logit_positions=positions))  # (N, V)
+    assert part.shape == (len(positions), VOCAB)
+    np.testing.assert_allclose(part, full.reshape(-1, VOCAB)[positions], rtol=1e-5, atol=1e-5)
+
+
+class LogitRanks(keras.metrics.Metric):
+    """Records the rank of the predictions it is given (while the step is traced)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(name="ranks", **kwargs)
+        self.ranks = []
+        self.total = self.add_variable(shape=(), initializer="zeros", name="total")
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        self.ranks.append(len(y_pred.shape))
+        self.total.assign_add(0.0)
+
+    def result(self):
+        return self.total
+
+
+@pytest.mark.parametrize(
+    "plain_cls, training_cls",
+    [(Transformer, TrainingTransformer), (TransformerDecoderModel, TrainingDecoderModel)],
+)
+@pytest.mark.parametrize("per_example_weights", [False, True])
+def test_steps_on_real_positions_match_keras_steps_on_every_position(
+    plain_cls, training_cls, per_example_weights
+):
+    """Keras' own train/test steps (the plain model: logits at every position, the loss
+    masking padding) and the training model's (logits at the real positions only) give
+    the same loss, accuracy and updated weights."""
+    x, labels = batch(plain_cls, seed=3)
+    sample_weight = np.linspace(0.5, 2.0, len(labels)).astype("float32")
+    sample_weight = sample_weight if per_example_weights else None
+    keras.utils.set_random_seed(4)
+    initial = tiny(plain_cls)
+    initial(x)
+    outcomes = {}
+    for cls in (plain_cls, training_cls):
+        model = tiny(cls)
+        model(x)
+        model.set_weights(initial.get_weights())
+        ranks = LogitRanks()
+        metrics = [MaskedSparseCategoricalAccuracy(pad_id=0), ranks]
+        # SGD: its update is the gradient. (Adam's first update is lr * sign(gradient),
+        # which turns rounding noise into whole steps where the gradient is zero in exact
+        # arithmetic, as for the self-attention key biases.)
+        model.compile(
+            optimizer=keras.optimizers.SGD(0.5),
+            loss=MaskedSparseCategoricalCrossentropy(pad_id=0),
+            metrics=metrics,
+            jit_compile=False,
+        )
+        trained = model.train_on_batch(x, labels, sample_weight=sample_weight, return_dict=True)
+        evaluated = model.test_on_batch(x, labels, sample_weight=sample_weight, return_dict=True)
+        outcomes[cls] = (trained, evaluated, model.get_weights(), ranks.ranks)
+    plain, real = outcomes[plain_cls], outcomes[training_cls]
+    for logs in (0, 1):
+        for name in ("loss", "accuracy"):
+            np.testing.assert_allclose(real[logs][name], plain[logs][name], rtol=1e-5)
+    for after, expected in zip(real[2], plain[2]):
+        np.testing.assert_allclose(after, expected, rtol=1e-5, atol=1e-6)
+    assert set(plain[3]) == {3}  # (B, T, V)
+    assert set(real[3]) == {2}  # (N, V): the real positions only
+
+
+def test_xla_steps_keep_every_position():
+    """XLA needs static shapes: a compiled step projects every position."""
+    x, labels = batch(Transformer)
+    model = tiny(TrainingTransformer)
+    model(x)
+    ranks = LogitRanks()
+    compile_model(model, warmup_steps=10, jit_compile=True, metrics=[ranks])
+    logs = model.train_on_batch(x, labels, return_dict=True)
+    assert np.isfinite(logs["loss"])
+    assert set(ranks.ranks) == {3}
+
+
+def test_other_losses_keep_every_position():
+    """With a loss that is not the masked cross-entropy the step is Keras' own."""
+    x, labels = batch(Transformer)
+    model = tiny(TrainingTransformer)
+    model(x)
+    ranks = LogitRanks()
+    model.compile(
+        optimizer="adam",
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=[ranks],
+    )
+    model.train_on_batch(x, labels)
+    assert set(ranks.ranks) == {3}
+    assert model.real_label_positions(labels) is None
