@@ -1,5 +1,6 @@
-"""Training and evaluation on the real (non-pad) label positions only: the models'
-`logit_positions` and the training models' steps (`DistributedTrainingMixin`)."""
+"""Training and evaluation on the real (non-pad) positions only: the models'
+`logit_positions` and `skip_padding` (`keras_transformer.packing`), and the training
+models' steps (`DistributedTrainingMixin`)."""
 
 import keras
 import numpy as np
@@ -61,6 +62,37 @@ def test_logit_positions_give_the_full_logits_at_those_positions(cls):
     part = keras.ops.convert_to_numpy(model(x, logit_positions=positions))  # (N, V)
     assert part.shape == (len(positions), VOCAB)
     np.testing.assert_allclose(part, full.reshape(-1, VOCAB)[positions], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("cls", [Transformer, TransformerDecoderModel])
+def test_skip_padding_gives_the_same_logits_at_real_positions(cls):
+    keras.utils.set_random_seed(5)
+    model = tiny(cls, num_heads=4)
+    x, labels = batch(cls, seed=6)
+    if cls is Transformer:
+        x[0][2] = 0  # an empty source: its row is all padding
+        target = x[1]
+    else:
+        target = x
+    real = target.reshape(-1) != 0
+    assert 0 < real.sum() < real.size
+    full = keras.ops.convert_to_numpy(model(x)).reshape(-1, VOCAB)  # (B * T, V)
+    skipped = keras.ops.convert_to_numpy(model(x, skip_padding=True)).reshape(-1, VOCAB)
+    np.testing.assert_allclose(skipped[real], full[real], rtol=1e-5, atol=1e-5)
+    positions = np.flatnonzero(real).astype("int32")
+    both = model(x, skip_padding=True, logit_positions=positions)  # (N, V)
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(both), full[real], rtol=1e-5, atol=1e-5
+    )
+
+
+def test_skip_padding_is_refused_with_a_decoding_cache():
+    model = tiny(TransformerDecoderModel)
+    ids = padded_ids(2, 5, seed=7)
+    model(ids)
+    cache = model.decoder.init_cache(2, 8)
+    with pytest.raises(ValueError, match="skip_padding=True"):
+        model.decoder(ids[:, :1], cache=cache, cache_update_index=0, skip_padding=True)
 
 
 class LogitRanks(keras.metrics.Metric):

@@ -9,6 +9,7 @@ from keras import ops
 from keras_transformer import masks
 from keras_transformer.layers.decoder_layer import DecoderLayer
 from keras_transformer.layers.stack_base import StackBase
+from keras_transformer.packing import pack, packing_of, unpack
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -57,6 +58,9 @@ class Decoder(StackBase):
         return_attention_scores: also return `{"self_attention": [...],
             "cross_attention": [...]}`, per-layer weights (B, H, T, T) and (B, H, T, S)
             (no `"cross_attention"` key without cross-attention).
+        skip_padding: run the layers' position-wise parts on the real positions only
+            (`keras_transformer.packing`): the same output at real positions, zeros at
+            padding, less time on padded batches; not with a cache, not under XLA.
         training: whether dropout is active.
 
     Returns:
@@ -100,8 +104,14 @@ class Decoder(StackBase):
         cache_update_index=None,
         cross_attention_cache=None,
         return_attention_scores: bool = False,
+        skip_padding: bool = False,
         training=None,
     ):
+        if cache is not None and skip_padding:
+            raise ValueError(
+                "Received `skip_padding=True` with a `cache`; incremental decoding runs on "
+                "padded inputs. Pass skip_padding=False."
+            )
         if cache is not None and cache_update_index is None:
             raise ValueError(
                 "Received `cache` without `cache_update_index`; pass the position of the "
@@ -133,6 +143,9 @@ class Decoder(StackBase):
             padding_mask = masks.padding_mask(token_ids, self.pad_id)  # (B, T)
         start_index = 0 if cache is None else cache_update_index
         x = self.embedding(token_ids, start_index=start_index, training=training)  # (B, T, D)
+        packing = packing_of(padding_mask) if skip_padding else None
+        if packing is not None:
+            x = pack(x, packing)  # (N, D)
         self_weights, cross_weights, new_caches = [], [], []
         for i, layer in enumerate(self.layers_):
             # Without cross-attention the encoder arguments are left out, not passed as
@@ -155,9 +168,10 @@ class Decoder(StackBase):
                 self_attention_cache=None if cache is None else cache[i],
                 self_attention_cache_update_index=cache_update_index,
                 return_attention_scores=True,
+                packing=packing,
                 training=training,
                 **encoder_arguments,
-            )  # (B, T, D), (B, H, T, T)[, (B, H, T, S)][, 2 x (B, H, T_max, D)]
+            )  # (B, T, D) or (N, D), (B, H, T, T)[, (B, H, T, S)][, 2 x (B, H, T_max, D)]
             x, layer_self_weights = outputs[:2]
             self_weights.append(layer_self_weights)
             if self.use_cross_attention:
@@ -166,6 +180,8 @@ class Decoder(StackBase):
                 new_caches.append(outputs[-1])
         if self.final_norm is not None:
             x = self.final_norm(x)
+        if packing is not None:
+            x = unpack(x, packing)  # (B, T, D), zeros at padding
 
         results = (x,)
         if return_attention_scores:

@@ -50,10 +50,13 @@ class DecoderLayer(BlockBase):
             precomputed keys/values (`cross_attention.compute_cache(encoder_sequence)`).
         return_attention_scores: also return the self- and cross-attention weights,
             (B, H, T, T_or_T_max) and (B, H, T, S).
+        packing: the `keras_transformer.packing.Packing` of a packed `decoder_sequence`
+            (N, d_model), the real positions of the (B, T) batch (not with a cache); the
+            output is then packed too.
         training: whether dropout is active.
 
     Returns:
-        The output (B, T, d_model); then `self_weights, cross_weights` if
+        The output (B, T, d_model) (or (N, d_model) packed); then `self_weights, cross_weights` if
         `return_attention_scores` (only `self_weights` without cross-attention); then the
         updated self-attention cache if one was given; as a tuple when there is more than
         the output.
@@ -110,6 +113,7 @@ class DecoderLayer(BlockBase):
         self_attention_cache_update_index=None,
         cross_attention_cache=None,
         return_attention_scores: bool = False,
+        packing=None,
         training=None,
     ):
         self._check_cross_attention_arguments(
@@ -120,7 +124,7 @@ class DecoderLayer(BlockBase):
                 "Received `self_attention_cache` without `self_attention_cache_update_index`; "
                 "pass the position of the first token of `decoder_sequence`."
             )
-        length = ops.shape(decoder_sequence)[1]
+        length = ops.shape(decoder_sequence)[1] if packing is None else packing[2]
         if self_attention_cache is None:
             self_mask = masks.merge_masks(
                 masks.causal_mask(length),  # (1, T, T)
@@ -135,7 +139,7 @@ class DecoderLayer(BlockBase):
 
         x, self_extras = self._residual(
             "self_attention",
-            decoder_sequence,  # (B, T, D)
+            decoder_sequence,  # (B, T, D), or (N, D) packed
             lambda h: self.self_attention(
                 h,
                 h,
@@ -143,6 +147,8 @@ class DecoderLayer(BlockBase):
                 return_attention_scores=True,
                 cache=self_attention_cache,
                 cache_update_index=self_attention_cache_update_index,
+                query_packing=packing,
+                value_packing=packing,
                 training=training,
             ),  # (B, T, D), (B, H, T, T_or_T_max)[, cache]
             training,
@@ -162,8 +168,9 @@ class DecoderLayer(BlockBase):
                     attention_mask=cross_mask,
                     return_attention_scores=True,
                     cache=cross_attention_cache,
+                    query_packing=packing,
                     training=training,
-                ),  # (B, T, D), (B, H, T, S)
+                ),  # (B, T, D) or (N, D), (B, H, T, S)
                 training,
             )
         x, _ = self._residual(

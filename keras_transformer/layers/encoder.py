@@ -7,6 +7,7 @@ import keras
 from keras_transformer import masks
 from keras_transformer.layers.encoder_layer import EncoderLayer
 from keras_transformer.layers.stack_base import StackBase
+from keras_transformer.packing import pack, packing_of, unpack
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -37,6 +38,9 @@ class Encoder(StackBase):
         token_ids: int (B, S).
         padding_mask: optional bool (B, S); defaults to `token_ids != pad_id`.
         return_attention_scores: also return the list of per-layer weights (B, H, S, S).
+        skip_padding: run the layers' position-wise parts on the real positions only
+            (`keras_transformer.packing`): the same output at real positions, zeros at
+            padding, less time on padded batches; not under XLA (dynamic shapes).
         training: whether dropout is active.
 
     Returns:
@@ -53,18 +57,34 @@ class Encoder(StackBase):
     def build(self, token_ids_shape):
         self._build_stack(token_ids_shape)
 
-    def call(self, token_ids, padding_mask=None, return_attention_scores=False, training=None):
+    def call(
+        self,
+        token_ids,
+        padding_mask=None,
+        return_attention_scores=False,
+        skip_padding: bool = False,
+        training=None,
+    ):
         if padding_mask is None:
             padding_mask = masks.padding_mask(token_ids, self.pad_id)  # (B, S)
         x = self.embedding(token_ids, training=training)  # (B, S, D)
+        packing = packing_of(padding_mask) if skip_padding else None
+        if packing is not None:
+            x = pack(x, packing)  # (N, D)
         all_weights = []
         for layer in self.layers_:
             x, weights = layer(
-                x, padding_mask=padding_mask, return_attention_scores=True, training=training
-            )  # (B, S, D), (B, H, S, S)
+                x,
+                padding_mask=padding_mask,
+                return_attention_scores=True,
+                packing=packing,
+                training=training,
+            )  # (B, S, D) or (N, D), (B, H, S, S)
             all_weights.append(weights)
         if self.final_norm is not None:
             x = self.final_norm(x)
+        if packing is not None:
+            x = unpack(x, packing)  # (B, S, D), zeros at padding
         return (x, all_weights) if return_attention_scores else x
 
     def compute_output_shape(self, token_ids_shape):

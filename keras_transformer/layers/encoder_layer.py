@@ -33,10 +33,12 @@ class EncoderLayer(BlockBase):
         inputs: (B, S, d_model).
         padding_mask: optional bool (B, S), True at real tokens.
         return_attention_scores: also return the self-attention weights (B, H, S, S).
+        packing: the `keras_transformer.packing.Packing` of packed `inputs` (N, d_model),
+            the real positions of the (B, S) batch; the output is then packed too.
         training: whether dropout is active.
 
     Returns:
-        (B, S, d_model), and the weights if requested.
+        (B, S, d_model) (or (N, d_model) packed), and the weights if requested.
 
     Example:
     >>> layer = EncoderLayer(num_heads=2, d_ff=32)
@@ -69,20 +71,23 @@ class EncoderLayer(BlockBase):
         inputs,
         padding_mask=None,
         return_attention_scores: bool = False,
+        packing=None,
         training=None,
     ):
         attention_mask = masks.self_attention_mask(padding_mask)  # (B, 1, S) or None
 
         x, (weights,) = self._residual(
             "self_attention",
-            inputs,  # (B, S, D)
+            inputs,  # (B, S, D), or (N, D) packed
             lambda h: self.self_attention(
                 h,
                 h,
                 attention_mask=attention_mask,
                 return_attention_scores=True,
+                query_packing=packing,
+                value_packing=packing,
                 training=training,
-            ),  # (B, S, D), (B, H, S, S)
+            ),  # (B, S, D) or (N, D), (B, H, S, S)
             training,
         )
         x, _ = self._residual(

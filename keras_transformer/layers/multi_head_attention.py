@@ -8,6 +8,7 @@ import keras
 from keras import ops
 
 from keras_transformer.layers.dropout import Dropout
+from keras_transformer.packing import pack, unpack
 from keras_transformer.validation import check_positive_int, check_rate
 
 
@@ -94,6 +95,10 @@ class MultiHeadAttention(keras.layers.Layer):
         return_attention_scores: also return the attention weights (B, H, T, S).
         cache: optional `(keys, values)` cache, each (B, H, S_max, D_k) (see above).
         cache_update_index: int or scalar tensor; where the new keys/values go.
+        query_packing: the `keras_transformer.packing.Packing` of a packed query (N,
+            d_model): the real positions of a padded (B, T) batch; the output is then
+            packed too, (N, output_dim).
+        value_packing: the `Packing` of packed keys and values (N_s, d_model).
         training: whether dropout is active.
 
     Returns:
@@ -169,10 +174,14 @@ class MultiHeadAttention(keras.layers.Layer):
         x = ops.reshape(x, (shape[0], shape[1], self.num_heads, head_dim))  # (B, L, H, D)
         return ops.transpose(x, (0, 2, 1, 3))  # (B, H, L, D)
 
-    def project_key_value(self, key, value):
-        """Projects keys and values to heads: two head-major (B, H, S, D) tensors."""
-        k = self._split_heads(self.key_dense(key), self.key_dim)  # (B, H, S, Dk)
-        v = self._split_heads(self.value_dense(value), self.value_dim)  # (B, H, S, Dv)
+    def project_key_value(self, key, value, packing=None):
+        """Projects keys and values to heads: two head-major (B, H, S, D) tensors (from
+        packed (N, d_model) ones with their `packing`)."""
+        k, v = self.key_dense(key), self.value_dense(value)  # (B, S, H * D) or (N, H * D)
+        if packing is not None:
+            k, v = unpack(k, packing), unpack(v, packing)  # (B, S, H * D)
+        k = self._split_heads(k, self.key_dim)  # (B, H, S, Dk)
+        v = self._split_heads(v, self.value_dim)  # (B, H, S, Dv)
         return k, v
 
     def compute_cache(self, value, key=None):
@@ -190,15 +199,25 @@ class MultiHeadAttention(keras.layers.Layer):
         return_attention_scores: bool = False,
         cache=None,
         cache_update_index=None,
+        query_packing=None,
+        value_packing=None,
         training=None,
     ):
+        if cache is not None and (query_packing is not None or value_packing is not None):
+            raise ValueError(
+                "Received a `cache` with packed inputs; decoding with a cache takes padded "
+                "(B, T, d_model) inputs. Pass query_packing=None and value_packing=None."
+            )
         key = value if key is None else key
-        q = self._split_heads(self.query_dense(query), self.key_dim)  # (B, H, T, Dk)
+        q = self.query_dense(query)  # (B, T, H * Dk) or (N, H * Dk)
+        if query_packing is not None:
+            q = unpack(q, query_packing)  # (B, T, H * Dk)
+        q = self._split_heads(q, self.key_dim)  # (B, H, T, Dk)
 
         if cache is not None and cache_update_index is None:
             k, v = cache  # (B, H, S, D): precomputed
         else:
-            k, v = self.project_key_value(key, value)  # (B, H, S_new, D)
+            k, v = self.project_key_value(key, value, value_packing)  # (B, H, S_new, D)
             if cache is not None:
                 cache = write_cache(cache, cache_update_index, k, v)
                 k, v = cache  # (B, H, S_max, D)
@@ -221,7 +240,9 @@ class MultiHeadAttention(keras.layers.Layer):
         )  # (B, T, H, Dv)
         shape = ops.shape(attended)
         attended = ops.reshape(attended, (shape[0], shape[1], self.num_heads * self.value_dim))
-        output = self.output_dense(attended)  # (B, T, output_dim)
+        if query_packing is not None:
+            attended = pack(attended, query_packing)  # (N, H * Dv)
+        output = self.output_dense(attended)  # (B, T, output_dim) or (N, output_dim)
 
         results = (output,)
         if return_attention_scores:

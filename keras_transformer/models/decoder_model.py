@@ -91,6 +91,9 @@ class TransformerDecoderModel(keras.Model):
         logit_positions: optional int (N,) indices into the B * T positions (row-major):
             only their logits are computed, (N, vocabulary_size). Training passes the real
             (non-pad) positions (`training.DistributedTrainingMixin`).
+        skip_padding: run the position-wise parts of every layer on the real positions
+            only (`keras_transformer.packing`): the same logits at real positions, less
+            time on padded batches (training passes True); not under XLA.
 
     Returns:
         Logits (B, T, vocabulary_size) in float32, or (N, vocabulary_size) with
@@ -182,10 +185,18 @@ class TransformerDecoderModel(keras.Model):
         self.built = True
 
     def call(
-        self, token_ids, return_attention_scores: bool = False, training=None, logit_positions=None
+        self,
+        token_ids,
+        return_attention_scores: bool = False,
+        training=None,
+        logit_positions=None,
+        skip_padding: bool = False,
     ):
         decoded = self.decoder(
-            token_ids, return_attention_scores=return_attention_scores, training=training
+            token_ids,
+            return_attention_scores=return_attention_scores,
+            skip_padding=skip_padding,
+            training=training,
         )  # (B, T, D)[, {"self_attention": list of (B, H, T, T)}]
         if not return_attention_scores:
             return self.decoder.logits(decoded, logit_positions)  # (B, T, V) or (N, V)

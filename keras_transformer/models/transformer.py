@@ -59,6 +59,9 @@ class Transformer(keras.Model):
         logit_positions: optional int (N,) indices into the B * T target positions
             (row-major): only their logits are computed, (N, target_vocab_size). Training
             passes the real (non-pad) positions (`training.DistributedTrainingMixin`).
+        skip_padding: run the position-wise parts of every layer on the real source and
+            target positions only (`keras_transformer.packing`): the same logits at real
+            positions, less time on padded batches (training passes True); not under XLA.
 
     Returns:
         Logits (B, T, target_vocab_size) in float32 (also under mixed precision), or
@@ -198,7 +201,12 @@ class Transformer(keras.Model):
         self.built = True
 
     def call(
-        self, inputs, return_attention_scores: bool = False, training=None, logit_positions=None
+        self,
+        inputs,
+        return_attention_scores: bool = False,
+        training=None,
+        logit_positions=None,
+        skip_padding: bool = False,
     ):
         source_ids, target_ids = inputs
         source_mask = masks.padding_mask(source_ids, self.pad_id)  # (B, S)
@@ -206,6 +214,7 @@ class Transformer(keras.Model):
             source_ids,
             padding_mask=source_mask,
             return_attention_scores=return_attention_scores,
+            skip_padding=skip_padding,
             training=training,
         )  # (B, S, D)[, list of (B, H, S, S)]
         encoder_weights = None
@@ -216,6 +225,7 @@ class Transformer(keras.Model):
             encoded,
             encoder_padding_mask=source_mask,
             return_attention_scores=return_attention_scores,
+            skip_padding=skip_padding,
             training=training,
         )  # (B, T, D)[, dict]
         if not return_attention_scores:

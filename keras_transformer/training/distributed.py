@@ -27,10 +27,12 @@ Problems solved (Keras 3.15, TensorFlow 2.21):
    all-reduce and the optimizer update run outside XLA.
 
 The mixin also reports the optimizer's current learning rate as `learning_rate` in the
-training logs (so the progress bar and History show it), and computes the logits of the
-real target positions only, when it can (`real_label_positions`): the projection onto
-the vocabulary and the loss over it were 24% of a training step's op time on CPU, and a
-quarter of the positions of length-bucketed batches are padding that the loss masks out.
+training logs (so the progress bar and History show it), and skips padding when it can
+(`real_label_positions`): a quarter of the positions of the recipe's length-bucketed
+batches are padding, which the loss masks out. The model then computes the logits of the
+real target positions only (the projection onto the vocabulary and the loss over it were
+24% of a training step's op time on CPU) and, with `skip_padding`, the position-wise parts
+of its layers on the real positions only (`keras_transformer.packing`).
 """
 
 from __future__ import annotations
@@ -104,8 +106,9 @@ class DistributedTrainingMixin:
         """The flat indices (N,) of the labels the loss counts, or None: every position.
 
         Training and evaluation then compute the logits of those positions only
-        (`logit_positions`, (N, V) instead of (B, T, V)), and the loss and metrics receive
-        them with their labels (N,), flattened: the loss, a mean over the real labels,
+        (`logit_positions`, (N, V) instead of (B, T, V); with `skip_padding=True` too when
+        the model's `call` takes it), and the loss and metrics receive them with their
+        labels (N,), flattened: the loss, a mean over the real labels,
         and the masked metrics are the same. It applies when the compiled loss is a
         `MaskedSparseCategoricalCrossentropy` with a `pad_id`, the model's `call` takes
         `logit_positions`, and the step is not XLA-compiled (the number of real labels
@@ -139,6 +142,13 @@ class DistributedTrainingMixin:
             logs = self._real_positions_test_step(data)
         return self._logs_for_reduction(logs)
 
+    def _skip_padding_arguments(self, positions) -> dict:
+        """The model's call arguments that leave padding out."""
+        arguments = {"logit_positions": positions}
+        if "skip_padding" in inspect.signature(self.call).parameters:
+            arguments["skip_padding"] = True
+        return arguments
+
     def _real_positions_train_step(self, data):
         """Keras' `train_step`, on the real label positions when `real_label_positions`
         gives them."""
@@ -149,7 +159,7 @@ class DistributedTrainingMixin:
         y, sample_weight = _take_positions(y, sample_weight, positions)  # (N,)
         trainable_weights = list(self.trainable_weights)
         with tf.GradientTape() as tape:
-            y_pred = self(x, training=True, logit_positions=positions)  # (N, V)
+            y_pred = self(x, training=True, **self._skip_padding_arguments(positions))  # (N, V)
             loss = compat.compute_loss(self, x, y, y_pred, sample_weight, training=True)
             compat.track_loss(self, loss, self._batch_size(x))
             scaled_loss = self.optimizer.scale_loss(loss)
@@ -165,7 +175,7 @@ class DistributedTrainingMixin:
         if positions is None:
             return super().test_step(data)
         y, sample_weight = _take_positions(y, sample_weight, positions)  # (N,)
-        y_pred = self(x, training=False, logit_positions=positions)  # (N, V)
+        y_pred = self(x, training=False, **self._skip_padding_arguments(positions))  # (N, V)
         loss = compat.compute_loss(self, x, y, y_pred, sample_weight, training=False)
         compat.track_loss(self, loss, self._batch_size(x))
         return self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
