@@ -80,7 +80,11 @@ def _group(op: dict) -> str:
         return CATEGORIES[8]
     if "/feed_forward/" in name:
         return CATEGORIES[9]
-    if "/token_embedding/Tensordot" in name or "/token_embedding/transpose" in name:
+    # The tied projection: a Tensordot on (B, T, D) hidden states, a plain MatMul on the
+    # (N, D) real positions that training projects (`logit_positions`).
+    if "/token_embedding/" in name and (
+        _MATMUL_TYPES.search(kind) or "/Tensordot" in name or "/transpose" in name
+    ):
         return CATEGORIES[10]
     if "embedding" in name or kind == "UnsortedSegmentSum":
         return CATEGORIES[11]

@@ -81,9 +81,7 @@ def test_skip_padding_gives_the_same_logits_at_real_positions(cls):
     np.testing.assert_allclose(skipped[real], full[real], rtol=1e-5, atol=1e-5)
     positions = np.flatnonzero(real).astype("int32")
     both = model(x, skip_padding=True, logit_positions=positions)  # (N, V)
-    np.testing.assert_allclose(
-        keras.ops.convert_to_numpy(both), full[real], rtol=1e-5, atol=1e-5
-    )
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(both), full[real], rtol=1e-5, atol=1e-5)
 
 
 def test_skip_padding_is_refused_with_a_decoding_cache():

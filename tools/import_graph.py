@@ -29,7 +29,16 @@ PACKAGE = "keras_transformer"
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "foundation",
-        ("constants", "validation", "compat", "storage", "masks", "model_config", "onednn"),
+        (
+            "constants",
+            "validation",
+            "compat",
+            "storage",
+            "masks",
+            "packing",
+            "model_config",
+            "onednn",
+        ),
     ),
     ("layers", ("layers",)),
     ("models", ("models", "quantization")),
