@@ -87,7 +87,8 @@ def print_results(
     print(
         f"\ntraining: median over rounds (fastest-slowest round); ms/step: the median step of "
         f"a round; MFU: real-token matmul FLOP/s over the common peak of the row's precision "
-        f"(HFU: padded); others: the most cores other processes kept busy in a round "
+        f"(HFU: what the side computes: the padded shapes, real positions where it skips "
+        f"padding); others: the most cores other processes kept busy in a round "
         f"(REFUSED above {max_others})"
     )
     headers = ["side", "warm-up s", "ms/step", "tgt tokens/s", "MFU", "HFU", "loss (last round)"]

@@ -30,15 +30,31 @@ def _forward_flops(arch: Arch, b, s, t):
     return arch.encoder_layers * encoder + arch.decoder_layers * decoder + 2 * b * t * d * v
 
 
-def training_flops(arch: Arch, batch: Batch) -> tuple[float, float]:
-    """(model FLOPs: real tokens only, hardware FLOPs: padded shape) of one training step,
-    3x the forward's matmuls (the backward is twice the forward)."""
+def _position_wise_flops(arch: Arch, b, s, t):
+    """The part of `_forward_flops` that a model skipping padding computes on real positions
+    only: every projection and feed-forward matmul but attention's QK^T and AV, and but the
+    cross-attention's K/V projections (of the padded encoder output)."""
+    d, f, v = arch.d_model, arch.d_ff, arch.vocab
+    encoder = 8 * b * s * d * d + 4 * b * s * d * f
+    decoder = 8 * b * t * d * d + 4 * b * t * d * d + 4 * b * t * d * f
+    return arch.encoder_layers * encoder + arch.decoder_layers * decoder + 2 * b * t * d * v
+
+
+def training_flops(arch: Arch, batch: Batch, skips_padding: bool = False) -> tuple[float, float]:
+    """(model FLOPs: real tokens only, hardware FLOPs: what the side computes) of one training
+    step, 3x the forward's matmuls (the backward is twice the forward). The hardware FLOPs
+    are the padded shape's; for a side that skips padding (ours, `skip_padding`), its
+    position-wise matmuls count the real positions only."""
     (source, target_in), target_out = batch
-    padded = _forward_flops(arch, source.shape[0], source.shape[1], target_in.shape[1])
+    shape = (source.shape[0], source.shape[1], target_in.shape[1])
     s = np.count_nonzero(source, axis=1).astype(np.float64)  # (B,) real source tokens
     t = np.count_nonzero(target_out, axis=1).astype(np.float64)  # (B,) real target tokens
     real = float(np.sum(_forward_flops(arch, 1, s, t)))
-    return 3.0 * real, 3.0 * float(padded)
+    hardware = float(_forward_flops(arch, *shape))
+    if skips_padding:
+        hardware -= _position_wise_flops(arch, *shape)
+        hardware += float(np.sum(_position_wise_flops(arch, 1, s, t)))
+    return 3.0 * real, 3.0 * hardware
 
 
 @dataclasses.dataclass

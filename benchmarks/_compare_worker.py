@@ -61,6 +61,11 @@ def _keras_side(prepared: Prepared, framework: str, precision: str, weights: dic
     else:
         model = build_hub(prepared.arch, config, False, policy)
         load_hub(model, weights["parts"])
+    # Whether its training step leaves padding out (ours outside XLA: `skip_padding`).
+    real_label_positions = getattr(model, "real_label_positions", None)
+    skips_padding = real_label_positions is not None and (
+        real_label_positions(np.array([[4, 0]], "int32")) is not None
+    )
 
     def step(batch: Batch) -> float:
         (source, target_in), target_out = batch
@@ -72,7 +77,7 @@ def _keras_side(prepared: Prepared, framework: str, precision: str, weights: dic
         out = model((source, target_in), training=False)
         return keras.ops.convert_to_numpy(keras.ops.cast(out, "float32"))
 
-    return step, logits
+    return step, logits, skips_padding
 
 
 def _torch_side(prepared: Prepared, framework: str, precision: str, weights: dict, options):
@@ -111,14 +116,22 @@ def worker_main(folder: str, side: str, options: dict) -> None:
     measured = batches[prepared.warmup :]
     if framework.startswith("torch"):
         step, logits = _torch_side(prepared, framework, precision, weights, options)
+        skips_padding = False
     else:
-        step, logits = _keras_side(prepared, framework, precision, weights)
+        step, logits, skips_padding = _keras_side(prepared, framework, precision, weights)
 
     # The equivalence check: eval-mode logits of batch 0 against ours', real tokens only.
     real = batches[0][1] != 0
     reference = data["reference_logits"][real]
     difference = float(np.abs(logits(batches[0])[real] - reference).max())
-    send(event="built", check=difference, scale=float(np.abs(reference).max()), pid=os.getpid())
+    scale = float(np.abs(reference).max())
+    send(
+        event="built",
+        check=difference,
+        scale=scale,
+        skips_padding=skips_padding,
+        pid=os.getpid(),
+    )
 
     for line in sys.stdin:
         command = line.strip()

@@ -42,7 +42,11 @@ the sides' warm-up passes, i.e. after minutes of load. Training FLOPs count the 
             + 2 B T D V                                                # tied output projection
     training = 3 * forward                                             # backward = 2 x forward
 
-MFU sums it per sentence over its real (unpadded) lengths; HFU over the padded batch shape.
+MFU sums it per sentence over its real (unpadded) lengths; HFU over what the side computes:
+the padded batch shape, except for a side whose step skips padding (ours outside XLA:
+`skip_padding` and the logits of the real positions), whose projections, feed-forward and
+output projection count the real positions (attention's QK^T and AV, and the
+cross-attention's K/V projections of the padded encoder output, stay padded).
 
 Baselines: ours (fp32) on the same sentences batched as a user without length buckets would,
 shuffled into as many batches, each padded to its own longest; and ours' peak RSS with and
