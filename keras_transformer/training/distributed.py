@@ -142,24 +142,28 @@ class DistributedTrainingMixin:
             logs = self._real_positions_test_step(data)
         return self._logs_for_reduction(logs)
 
-    def _skip_padding_arguments(self, positions) -> dict:
-        """The model's call arguments that leave padding out."""
-        arguments = {"logit_positions": positions}
-        if "skip_padding" in inspect.signature(self.call).parameters:
-            arguments["skip_padding"] = True
-        return arguments
-
-    def _real_positions_train_step(self, data):
-        """Keras' `train_step`, on the real label positions when `real_label_positions`
-        gives them."""
+    def _real_positions_batch(self, data):
+        """`(x, labels (N,), sample weights (N,) or None, call arguments)`: a batch with its
+        padding left out (`real_label_positions`), or None where it cannot be."""
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         positions = self.real_label_positions(y)
         if positions is None:
-            return super().train_step(data)
+            return None
         y, sample_weight = _take_positions(y, sample_weight, positions)  # (N,)
+        arguments = {"logit_positions": positions}
+        if "skip_padding" in inspect.signature(self.call).parameters:
+            arguments["skip_padding"] = True
+        return x, y, sample_weight, arguments
+
+    def _real_positions_train_step(self, data):
+        """Keras' `train_step`, on the real label positions where it can be."""
+        batch = self._real_positions_batch(data)
+        if batch is None:
+            return super().train_step(data)
+        x, y, sample_weight, arguments = batch
         trainable_weights = list(self.trainable_weights)
         with tf.GradientTape() as tape:
-            y_pred = self(x, training=True, **self._skip_padding_arguments(positions))  # (N, V)
+            y_pred = self(x, training=True, **arguments)  # (N, V)
             loss = compat.compute_loss(self, x, y, y_pred, sample_weight, training=True)
             compat.track_loss(self, loss, self._batch_size(x))
             scaled_loss = self.optimizer.scale_loss(loss)
@@ -168,14 +172,12 @@ class DistributedTrainingMixin:
         return self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
 
     def _real_positions_test_step(self, data):
-        """Keras' `test_step`, on the real label positions when `real_label_positions`
-        gives them."""
-        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
-        positions = self.real_label_positions(y)
-        if positions is None:
+        """Keras' `test_step`, on the real label positions where it can be."""
+        batch = self._real_positions_batch(data)
+        if batch is None:
             return super().test_step(data)
-        y, sample_weight = _take_positions(y, sample_weight, positions)  # (N,)
-        y_pred = self(x, training=False, **self._skip_padding_arguments(positions))  # (N, V)
+        x, y, sample_weight, arguments = batch
+        y_pred = self(x, training=False, **arguments)  # (N, V)
         loss = compat.compute_loss(self, x, y, y_pred, sample_weight, training=False)
         compat.track_loss(self, loss, self._batch_size(x))
         return self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
