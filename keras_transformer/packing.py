@@ -7,8 +7,9 @@ there: on a packed (N, D) tensor of the real positions they compute the same val
 positions. Only attention needs the padded (B, T, ...) layout, and gets it from `unpack`.
 
 A `Packing` is `(positions, batch, length)`: int32 (N,) row-major indices of the real
-positions into the B * T positions, and the padded batch size and length (int32 scalars). Its size N
-changes from batch to batch, so packed code runs outside XLA only (XLA needs static shapes).
+positions into the B * T positions, and the padded batch size and length (int32 scalars).
+N changes from batch to batch, so packed code runs outside XLA only (XLA needs static
+shapes).
 
 Example:
 >>> import numpy as np
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 from keras import ops
 
-Packing = tuple  # (positions int32 (N,), batch int, length int)
+Packing = tuple  # (positions int32 (N,), batch int32 (), length int32 ())
 
 
 def packing_of(padding_mask) -> Packing:
