@@ -153,6 +153,27 @@ def test_fit_under_mirrored_strategy(two_cpu_strategy, jit_compile):
     _replica_values_identical(model, two_cpu_strategy)
 
 
+def test_fit_without_a_strategy_traces_its_step_once_and_trains_on_every_batch():
+    """Without a strategy Keras builds the optimizer's and metrics' variables in the first
+    trace of the step, and TensorFlow then traces it again; the training model builds them
+    before, from the data's shapes, drawing no batch: six batches make six steps."""
+    model = build_transformer(tiny_config())
+    compile_model(model, warmup_steps=20, jit_compile=False)
+    assert not model.optimizer.built
+    traces = []
+    train_step = model.train_step
+
+    def counted(data):
+        traces.append(1)  # Python runs at trace time only
+        return train_step(data)
+
+    model.train_step = counted
+    six = dataset(6 * 32, 32, repeat=False)
+    model.fit(six, epochs=1, steps_per_epoch=6, verbose=0)
+    assert len(traces) == 1
+    assert int(model.optimizer.iterations.numpy()) == 6
+
+
 class CrashAt(keras.callbacks.Callback):
     """Raises after the optimizer step `step` (1-based), like a killed process."""
 

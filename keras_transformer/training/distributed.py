@@ -32,7 +32,9 @@ training logs (so the progress bar and History show it), and skips padding when 
 batches are padding, which the loss masks out. The model then computes the logits of the
 real target positions only (the projection onto the vocabulary and the loss over it were
 24% of a training step's op time on CPU) and, with `skip_padding`, the position-wise parts
-of its layers on the real positions only (`keras_transformer.packing`).
+of its layers on the real positions only (`keras_transformer.packing`). Without a strategy
+it builds the optimizer's and metrics' state before `fit`'s first step, as Keras does under
+one: built in that step's first trace instead, they make TensorFlow trace it twice.
 """
 
 from __future__ import annotations
@@ -86,6 +88,15 @@ class DistributedTrainingMixin:
     def _maybe_symbolic_build(self, iterator=None, data_batch=None):
         strategy = compat.model_strategy(self)
         if strategy is None:
+            # Keras builds nothing here without a strategy: the first trace of the step
+            # function then creates the optimizer's (and metrics') variables, and TensorFlow
+            # traces that function a second time, without creating them (a function that
+            # created variables is not reused). Built here from the data's shapes and dtypes
+            # (no iterator is made, no batch drawn), `fit` traces its step once.
+            if iterator is not None:
+                data_batch = iterator.data_adapter.get_tf_dataset().element_spec
+            if data_batch is not None:
+                compat.symbolic_build(self, data_batch)
             return
         if iterator is not None:
             for _, _, it in iterator:
