@@ -323,6 +323,9 @@ def train_reverse_model(seed=0):
     # on some CPUs; this schedule ends near 0.002 and 100%.
     schedule = keras.optimizers.schedules.CosineDecay(0.0, 800, warmup_target=2e-3, warmup_steps=80)
     optimizer = keras.optimizers.Adam(schedule)
+    # Its slots made now: made in the step's first trace, they would have TensorFlow trace
+    # (and XLA compile) the step a second time.
+    optimizer.build(model.trainable_variables)
 
     @tf.function(jit_compile=True)
     def train_step(source, target):
