@@ -156,7 +156,7 @@ def test_fit_under_mirrored_strategy(two_cpu_strategy, jit_compile):
 def test_fit_without_a_strategy_traces_its_step_once_and_trains_on_every_batch():
     """Without a strategy Keras builds the optimizer's and metrics' variables in the first
     trace of the step, and TensorFlow then traces it again; the training model builds them
-    before, from the data's shapes, drawing no batch: six batches make six steps."""
+    before, from the data's shapes: one trace, and the six batches train six steps."""
     model = build_transformer(tiny_config())
     compile_model(model, warmup_steps=20, jit_compile=False)
     assert not model.optimizer.built
