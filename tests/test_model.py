@@ -154,6 +154,20 @@ def test_mixed_precision_policies(policy, compute_dtype):
     assert np.isfinite(np.asarray(logits)).all()
 
 
+def test_every_matmul_runs_in_the_compute_dtype_under_mixed_bfloat16():
+    # The tied output projection included: the float32 table (Keras's Embedding does not
+    # autocast) once promoted it to a float32 matmul inside the model's call.
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    model = tiny()  # output projection tied to the target embedding
+    source, target = batch()
+    model((source, target))
+    forward = tf.function(lambda s, t: model((s, t)), autograph=False)
+    graph = forward.get_concrete_function(tf.constant(source), tf.constant(target)).graph
+    matmuls = {n.name: n.attr["T"].type for n in graph.as_graph_def().node if "MatMul" in n.op}
+    assert any("token_embedding" in name for name in matmuls)
+    assert {name for name, dtype in matmuls.items() if dtype != tf.bfloat16.as_datatype_enum} == set()
+
+
 def test_cached_decode_step_matches_the_full_decoder():
     model = tiny(norm_first=True)
     source, target = batch()

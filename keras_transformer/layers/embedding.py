@@ -72,6 +72,10 @@ class TransformerEmbedding(keras.layers.Layer):
             self.d_model,
             tie_weights=self.tie_weights,
             embeddings_initializer=self.embeddings_initializer,
+            # The lookup reads the variable-dtype table (Keras's Embedding does not
+            # autocast); the projection runs in the compute dtype, so that under
+            # mixed_bfloat16 it is a bf16 matmul rather than bf16 x float32 -> float32.
+            reverse_dtype=self.compute_dtype,
             dtype=self.dtype_policy,
             name="token_embedding",
         )
@@ -90,7 +94,7 @@ class TransformerEmbedding(keras.layers.Layer):
         return self.dropout_layer(x, training=training)
 
     def reverse(self, hidden):
-        """Projects (B, T, d_model) hidden states to (B, T, V) logits."""
+        """Projects (B, T, d_model) hidden states to (B, T, V) logits in the compute dtype."""
         return self.token_embedding(hidden, reverse=True)
 
     def compute_output_shape(self, token_ids_shape):
