@@ -12,7 +12,9 @@ predictor's `quantize` argument take them:
   4x smaller; TensorFlow's int8 matmul is slower than its float32 one on CPU (TF 2.21's
   `BatchMatMulV3` int8 path: 0.16x-0.61x the speed on the AMD EPYC of
   `benchmarks/matmul_types.py`), so it decodes more slowly than float32: use it to shrink a
-  model, not to speed it up.
+  model, not to speed it up. The copy computes in float32 whatever the training policy:
+  Keras's int8 `Embedding` under `mixed_bfloat16` divides its bf16 lookup by the float32
+  scales and returns float32 beside the bf16 positions, which fails (Keras 3.15).
 - `bfloat16`: a copy whose weights and activations are bfloat16 (the Keras dtype policy
   `"bfloat16"`); attention softmax, LayerNorm statistics and the output log-probabilities stay
   float32, as under mixed precision. Weights are 2x smaller; on CPUs with AVX512_BF16 (or
@@ -39,8 +41,8 @@ from typing import Any
 from keras_transformer.constants import QUANTIZATIONS
 from keras_transformer.validation import check_one_of
 
-# The dtype policy each mode builds its copy under.
-_POLICIES = {"int8": None, "bfloat16": "bfloat16"}
+# The dtype policy each mode builds its copy under (int8: `int8_from_float32`).
+_POLICIES = {"int8": "float32", "bfloat16": "bfloat16"}
 
 
 def check_quantize(quantize: str | None) -> str | None:

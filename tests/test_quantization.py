@@ -5,6 +5,7 @@ import argparse
 import json
 import os
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -60,6 +61,21 @@ def test_copies_hold_the_new_type_and_the_same_function(quantize):
         assert output.dtype == reference.dtype == np.float32
         error = np.abs(output - reference).max() / reference.std()
         assert error < 0.15, (type(model).__name__, error)
+
+
+@pytest.mark.parametrize("quantize", QUANTIZATIONS)
+def test_a_model_trained_in_mixed_bfloat16_quantises_and_predicts(quantize):
+    # A run trained with `training.dtype_policy=mixed_bfloat16` (the half-hour recipe) is
+    # saved with that policy; its int8 copy once failed in the embedding (bf16 positions
+    # added to the int8 lookup's float32 output).
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    for model, inputs in _models():
+        reference = np.asarray(model(inputs), "float32")
+        keras.config.set_dtype_policy("float32")  # as in a new process that loads the run
+        output = np.asarray(quantize_model(model, quantize)(inputs), "float32")
+        error = np.abs(output - reference).max() / reference.std()
+        assert error < 0.15, (type(model).__name__, error)
+        keras.config.set_dtype_policy("mixed_bfloat16")
 
 
 def test_refuses_an_unknown_type_and_a_quantised_model():
