@@ -69,13 +69,13 @@ def test_a_model_trained_in_mixed_bfloat16_quantises_and_predicts(quantize):
     # saved with that policy; its int8 copy once failed in the embedding (bf16 positions
     # added to the int8 lookup's float32 output).
     keras.config.set_dtype_policy("mixed_bfloat16")
-    for model, inputs in _models():
-        reference = np.asarray(model(inputs), "float32")
-        keras.config.set_dtype_policy("float32")  # as in a new process that loads the run
+    cases = _models()
+    keras.config.set_dtype_policy("float32")  # as in a new process that loads the run
+    for model, inputs in cases:
+        reference = np.asarray(model(inputs), "float32")  # the model's own policy: bf16
         output = np.asarray(quantize_model(model, quantize)(inputs), "float32")
         error = np.abs(output - reference).max() / reference.std()
         assert error < 0.15, (type(model).__name__, error)
-        keras.config.set_dtype_policy("mixed_bfloat16")
 
 
 def test_refuses_an_unknown_type_and_a_quantised_model():
