@@ -117,7 +117,8 @@ def build_hub(
     arch: Arch, config: ExperimentConfig, jit_compile: bool, dtype_policy: str
 ) -> HubTransformer:
     """KerasHub's layers as its users run them: its own attention path, `dropout` applied
-    where KerasHub applies it (the attention weights included), under `dtype_policy`."""
+    where KerasHub applies it (the attention weights included, the feed-forward network's
+    inner activations not: it has no such dropout), under `dtype_policy`."""
     keras.utils.set_random_seed(config.training.seed)
     keras.config.set_dtype_policy(dtype_policy)
     model = HubTransformer(arch, name="keras_hub_transformer")

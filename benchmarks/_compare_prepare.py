@@ -63,8 +63,9 @@ def prepare(args: argparse.Namespace) -> None:
     description = [
         f"model: {arch.encoder_layers}+{arch.decoder_layers} layers, d_model {arch.d_model}, "
         f"d_ff {arch.d_ff}, {arch.num_heads} heads, dropout {arch.dropout} (attention "
-        f"{arch.attention_dropout}), {'pre' if arch.norm_first else 'post'}-norm, shared vocab "
-        f"{vocab}, {ours.count_params():,} parameters",
+        f"{arch.attention_dropout}, feed-forward inner {arch.ffn_rate}), "
+        f"{'pre' if arch.norm_first else 'post'}-norm, shared vocab {vocab}, "
+        f"{ours.count_params():,} parameters",
         f"batches: {batching(config.data)}, length-bucketed; {args.warmup} warm-up + "
         f"{args.steps} measured, S {min(s for s, _ in shapes)}-{max(s for s, _ in shapes)}, "
         f"T {min(t for _, t in shapes)}-{max(t for _, t in shapes)}, "

@@ -23,10 +23,16 @@ class Arch:
     decoder_layers: int
     dropout: float
     attention_dropout: float
+    ffn_dropout: float | None
     activation: str
     norm_first: bool
     epsilon: float
     max_length: int
+
+    @property
+    def ffn_rate(self) -> float:
+        """The feed-forward networks' inner dropout rate (`model.ffn_dropout`, else `dropout`)."""
+        return self.dropout if self.ffn_dropout is None else self.ffn_dropout
 
     @classmethod
     def from_config(cls, config: Any, vocab: int) -> Arch:
@@ -40,6 +46,7 @@ class Arch:
             decoder_layers=m.num_decoder_layers,
             dropout=m.dropout,
             attention_dropout=m.attention_dropout,
+            ffn_dropout=m.ffn_dropout,
             activation=m.activation,
             norm_first=m.norm_first,
             epsilon=m.layer_norm_epsilon,

@@ -71,10 +71,11 @@ class Layer(nn.Module):
             nn.LayerNorm(d, eps=arch.epsilon) for _ in range(3 if decoder else 2)
         )
         self.dropout = nn.Dropout(arch.dropout)
+        self.ffn_dropout = nn.Dropout(arch.ffn_rate)
         self.activation = {"relu": F.relu, "gelu": F.gelu}[arch.activation]
 
     def _feed_forward(self, x):
-        return self.ff2(self.dropout(self.activation(self.ff1(x))))
+        return self.ff2(self.ffn_dropout(self.activation(self.ff1(x))))
 
     def forward(self, x, memory, source_mask):
         # The encoder's self-attention masks the source padding; the decoder's is causal.

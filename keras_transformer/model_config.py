@@ -27,6 +27,10 @@ class ArchitectureConfig:
         d_ff: feed-forward inner size (d_ff).
         dropout: dropout on embeddings and residuals (P_drop).
         attention_dropout: dropout on attention weights.
+        ffn_dropout: dropout on the feed-forward networks' inner activations; None uses
+            `dropout` (tensor2tensor's and OpenNMT-tf's base models drop there too); 0.0
+            drops sublayer outputs and embeddings only, as the paper describes and as
+            fairseq's and KerasHub's layers do.
         activation: feed-forward activation.
         max_length: longest source/target sequence (positional table size).
         norm_first: pre-norm (True) or post-norm (False, the paper).
@@ -44,6 +48,7 @@ class ArchitectureConfig:
     d_ff: int = 2048
     dropout: float = 0.1
     attention_dropout: float = 0.0
+    ffn_dropout: float | None = None
     activation: str = "relu"
     max_length: int = 512
     norm_first: bool = False

@@ -11,6 +11,7 @@ architecture config and the experiment config all apply.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -144,6 +145,7 @@ _ARCHITECTURE_RULES: dict[str, Callable[[str, Any], Any]] = {
     "d_ff": check_positive_int,
     "dropout": check_rate,
     "attention_dropout": check_rate,
+    "ffn_dropout": functools.partial(check_optional, check_rate),
     "max_length": check_positive_int,
     "layer_norm_epsilon": check_positive_float,
     "pad_id": check_non_negative_int,

@@ -21,6 +21,7 @@ ARCH = Arch(
     decoder_layers=3,
     dropout=0.0,
     attention_dropout=0.0,
+    ffn_dropout=None,
     activation="relu",
     norm_first=False,
     epsilon=1e-6,

@@ -1,12 +1,13 @@
 """`layers.dropout`: the 16-bit mask's statistics, its gradient, its seeds, and the scope
-that turns it on for the layers of a training model (`model.fast_dropout`)."""
+that turns it on for the layers of a training model (`model.fast_dropout`), and the
+feed-forward networks' own rate (`model.ffn_dropout`)."""
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer.layers import Dropout
+from keras_transformer.layers import Dropout, FeedForward
 from keras_transformer.layers.dropout import fast_dropout_scope, uint16_dropout
 
 
@@ -90,3 +91,64 @@ def test_fast_dropout_reaches_every_dropout_of_a_training_model():
         # Embeddings 2, residuals 2 + 3, feed-forward inner 2, attention weights 3.
         assert len(dropouts) == 12
         assert all(isinstance(d, Dropout) and d.fast == fast for d in dropouts)
+
+
+def _feed_forward_and_other_rates(model):
+    """The inner rates of the feed-forward networks, and the rates of every other dropout."""
+    inner = [layer for layer in model._flatten_layers() if isinstance(layer, FeedForward)]
+    inner_dropouts = {id(f.dropout_layer) for f in inner}
+    others = [
+        layer.rate
+        for layer in model._flatten_layers()
+        if isinstance(layer, keras.layers.Dropout)
+        and id(layer) not in inner_dropouts
+        and layer.name != "attention_dropout"  # on the attention weights
+    ]
+    return [f.dropout_layer.rate for f in inner], others
+
+
+@pytest.mark.parametrize("ffn_dropout, expected", [(None, 0.3), (0.0, 0.0), (0.05, 0.05)])
+def test_ffn_dropout_sets_the_feed_forward_inner_rate_only(ffn_dropout, expected, tmp_path):
+    from keras_transformer import Transformer
+
+    model = Transformer(
+        source_vocab_size=40, target_vocab_size=40, d_model=16, num_heads=2, d_ff=32,
+        num_encoder_layers=2, num_decoder_layers=1, max_length=16, dropout=0.3,
+        ffn_dropout=ffn_dropout,
+    )  # fmt: skip
+    model.build(((2, 5), (2, 4)))
+    inner, others = _feed_forward_and_other_rates(model)
+    # One inner dropout per layer; embeddings 2 and residuals 2 * 2 + 3 keep `dropout`.
+    assert inner == [expected] * 3
+    assert others == [0.3] * 9
+    assert model.transformer_config().ffn_dropout == ffn_dropout
+    path = str(tmp_path / "model.keras")
+    model.save(path)
+    restored = keras.saving.load_model(path)
+    assert _feed_forward_and_other_rates(restored) == (inner, others)
+
+
+def test_ffn_dropout_is_applied_in_training_only():
+    from keras_transformer.layers.encoder_layer import EncoderLayer
+
+    x = tf.random.stateless_normal((2, 6, 16), seed=(1, 2))
+    for ffn_dropout, dropped in ((0.0, False), (0.9, True)):
+        layer = EncoderLayer(num_heads=2, d_ff=64, dropout=0.0, ffn_dropout=ffn_dropout)
+        inference = layer(x, training=False)
+        training = layer(x, training=True)
+        assert (not np.allclose(training, inference, atol=1e-6)) == dropped
+
+
+def test_ffn_dropout_from_the_experiment_config_reaches_every_task_model():
+    from keras_transformer.config.loading import load_config
+    from keras_transformer.models.decoder_model import TransformerDecoderModel
+    from keras_transformer.tasks.labelled import model_arguments
+
+    config = load_config("multi30k_de_en", ["model.ffn_dropout=0", "model.dropout=0.2"])
+    arguments = model_arguments(config, vocabulary_size=40, dtype_policy=None)
+    model = TransformerDecoderModel(**{**arguments, "d_model": 16, "num_heads": 2, "d_ff": 32})
+    model.build((2, 5))
+    inner, others = _feed_forward_and_other_rates(model)
+    assert inner == [0.0] * model.num_layers and set(others) == {0.2}
+    transformer = config.model.to_transformer_config(40, 40)
+    assert transformer.ffn_dropout == 0.0 and transformer.dropout == 0.2

@@ -189,6 +189,7 @@ def test_cached_decode_step_matches_the_full_decoder():
         ({"num_encoder_layers": 0}, "num_encoder_layers=0"),
         ({"dropout": 1.0}, r"expected a float in \[0, 1\). Received: dropout=1.0"),
         ({"attention_dropout": -0.5}, "attention_dropout=-0.5"),
+        ({"ffn_dropout": 1.5}, r"expected a float in \[0, 1\). Received: ffn_dropout=1.5"),
         ({"share_embeddings": True}, "source_vocab_size == target_vocab_size"),
         ({"max_length": 0}, "max_length=0"),
     ],

@@ -22,6 +22,7 @@ class BlockBase(keras.layers.Layer):
         d_ff: int,
         dropout: float = 0.0,
         attention_dropout: float = 0.0,
+        ffn_dropout: float | None = None,
         activation="relu",
         norm_first: bool = False,
         layer_norm_epsilon: float = 1e-6,
@@ -33,6 +34,7 @@ class BlockBase(keras.layers.Layer):
             d_ff=d_ff,
             dropout=dropout,
             attention_dropout=attention_dropout,
+            ffn_dropout=ffn_dropout,
             layer_norm_epsilon=layer_norm_epsilon,
         )
         for name, value in checked.items():
@@ -48,12 +50,18 @@ class BlockBase(keras.layers.Layer):
                 "d_ff": self.d_ff,
                 "dropout": self.dropout,
                 "attention_dropout": self.attention_dropout,
+                "ffn_dropout": self.ffn_dropout,
                 "activation": keras.activations.serialize(self.activation),
                 "norm_first": self.norm_first,
                 "layer_norm_epsilon": self.layer_norm_epsilon,
             }
         )
         return config
+
+    @property
+    def ffn_rate(self) -> float:
+        """The feed-forward network's inner dropout rate: `ffn_dropout`, else `dropout`."""
+        return self.dropout if self.ffn_dropout is None else self.ffn_dropout
 
     def rematerialized_call(self, layer_call, *args, **kwargs):
         """Keras' rematerialization (`keras.RematScope`) of `call`, with keyword arguments.

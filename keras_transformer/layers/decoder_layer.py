@@ -25,8 +25,11 @@ class DecoderLayer(BlockBase):
     Args:
         num_heads: attention heads (h); d_model (taken from the input) must divide by it.
         d_ff: feed-forward inner size (d_ff).
-        dropout: residual dropout (P_drop), also applied inside the feed-forward network.
+        dropout: residual dropout (P_drop), also applied inside the feed-forward network
+            unless `ffn_dropout` is given.
         attention_dropout: dropout on the attention weights.
+        ffn_dropout: dropout on the feed-forward network's inner activations; None (the
+            default) uses `dropout`. The paper drops sublayer outputs only (0.0).
         activation: feed-forward activation.
         norm_first: pre-norm (True) or post-norm (False, the paper).
         layer_norm_epsilon: LayerNorm epsilon.
@@ -97,7 +100,7 @@ class DecoderLayer(BlockBase):
             setattr(self, name, attention)
             self._build_norm_and_dropout(name, decoder_sequence_shape)
         self.feed_forward = FeedForward(
-            self.d_ff, self.activation, self.dropout, dtype=self.dtype_policy, name="feed_forward"
+            self.d_ff, self.activation, self.ffn_rate, dtype=self.dtype_policy, name="feed_forward"
         )
         self.feed_forward.build(decoder_sequence_shape)
         self._build_norm_and_dropout("feed_forward", decoder_sequence_shape)

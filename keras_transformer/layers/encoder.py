@@ -25,6 +25,8 @@ class Encoder(StackBase):
         d_ff: feed-forward inner size (d_ff).
         dropout: dropout (P_drop) on embeddings and residuals.
         attention_dropout: dropout on attention weights.
+        ffn_dropout: dropout on the feed-forward networks' inner activations; None (the
+            default) uses `dropout`.
         activation: feed-forward activation.
         max_length: longest sequence accepted.
         norm_first: pre-norm (True) or post-norm (False, the paper).

@@ -22,8 +22,11 @@ class EncoderLayer(BlockBase):
     Args:
         num_heads: attention heads (h); d_model (taken from the input) must divide by it.
         d_ff: feed-forward inner size (d_ff).
-        dropout: residual dropout (P_drop), also applied inside the feed-forward network.
+        dropout: residual dropout (P_drop), also applied inside the feed-forward network
+            unless `ffn_dropout` is given.
         attention_dropout: dropout on the attention weights.
+        ffn_dropout: dropout on the feed-forward network's inner activations; None (the
+            default) uses `dropout`. The paper drops sublayer outputs only (0.0).
         activation: feed-forward activation.
         norm_first: pre-norm (True) or post-norm (False, the paper).
         layer_norm_epsilon: LayerNorm epsilon.
@@ -60,7 +63,7 @@ class EncoderLayer(BlockBase):
         self.self_attention.build(inputs_shape, inputs_shape)
         self._build_norm_and_dropout("self_attention", inputs_shape)
         self.feed_forward = FeedForward(
-            self.d_ff, self.activation, self.dropout, dtype=policy, name="feed_forward"
+            self.d_ff, self.activation, self.ffn_rate, dtype=policy, name="feed_forward"
         )
         self.feed_forward.build(inputs_shape)
         self._build_norm_and_dropout("feed_forward", inputs_shape)

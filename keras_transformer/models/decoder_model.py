@@ -75,6 +75,8 @@ class TransformerDecoderModel(keras.Model):
         d_ff: feed-forward inner size.
         dropout: dropout on embeddings and residuals, in [0, 1).
         attention_dropout: dropout on attention weights, in [0, 1).
+        ffn_dropout: dropout on the feed-forward networks' inner activations, in [0, 1);
+            None (the default) uses `dropout`.
         activation: feed-forward activation.
         max_length: the longest sequence, BOS included (positional table size).
         norm_first: pre-norm (True) or post-norm (False, the paper).
@@ -119,6 +121,7 @@ class TransformerDecoderModel(keras.Model):
         d_ff: int = 2048,
         dropout: float = 0.1,
         attention_dropout: float = 0.0,
+        ffn_dropout: float | None = None,
         activation: str = "relu",
         max_length: int = 512,
         norm_first: bool = False,
@@ -136,6 +139,7 @@ class TransformerDecoderModel(keras.Model):
             d_ff=d_ff,
             dropout=dropout,
             attention_dropout=attention_dropout,
+            ffn_dropout=ffn_dropout,
             max_length=max_length,
             layer_norm_epsilon=layer_norm_epsilon,
             pad_id=pad_id,
@@ -153,6 +157,7 @@ class TransformerDecoderModel(keras.Model):
             d_ff=d_ff,
             dropout=dropout,
             attention_dropout=attention_dropout,
+            ffn_dropout=ffn_dropout,
             activation=activation,
             max_length=max_length,
             norm_first=norm_first,
@@ -266,6 +271,7 @@ class TransformerDecoderModel(keras.Model):
             "d_ff": self.d_ff,
             "dropout": self.dropout,
             "attention_dropout": self.attention_dropout,
+            "ffn_dropout": self.ffn_dropout,
             "activation": self.activation,
             "max_length": self.max_length,
             "norm_first": self.norm_first,

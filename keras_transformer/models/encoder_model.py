@@ -64,6 +64,8 @@ class TransformerEncoderModel(keras.Model):
         d_ff: feed-forward inner size.
         dropout: dropout on embeddings, residuals and before the head, in [0, 1).
         attention_dropout: dropout on attention weights, in [0, 1).
+        ffn_dropout: dropout on the feed-forward networks' inner activations, in [0, 1);
+            None (the default) uses `dropout`.
         activation: feed-forward activation.
         max_length: the longest sequence (positional table size).
         norm_first: pre-norm (True) or post-norm (False, the paper).
@@ -103,6 +105,7 @@ class TransformerEncoderModel(keras.Model):
         d_ff: int = 2048,
         dropout: float = 0.1,
         attention_dropout: float = 0.0,
+        ffn_dropout: float | None = None,
         activation: str = "relu",
         max_length: int = 512,
         norm_first: bool = False,
@@ -119,6 +122,7 @@ class TransformerEncoderModel(keras.Model):
             d_ff=d_ff,
             dropout=dropout,
             attention_dropout=attention_dropout,
+            ffn_dropout=ffn_dropout,
             max_length=max_length,
             layer_norm_epsilon=layer_norm_epsilon,
             pad_id=pad_id,
@@ -139,6 +143,7 @@ class TransformerEncoderModel(keras.Model):
             d_ff=d_ff,
             dropout=dropout,
             attention_dropout=attention_dropout,
+            ffn_dropout=ffn_dropout,
             activation=activation,
             max_length=max_length,
             norm_first=norm_first,
@@ -223,6 +228,7 @@ class TransformerEncoderModel(keras.Model):
             "d_ff": self.d_ff,
             "dropout": self.dropout,
             "attention_dropout": self.attention_dropout,
+            "ffn_dropout": self.ffn_dropout,
             "activation": self.activation,
             "max_length": self.max_length,
             "norm_first": self.norm_first,

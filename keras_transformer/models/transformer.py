@@ -36,6 +36,8 @@ class Transformer(keras.Model):
         d_ff: feed-forward inner size (d_ff).
         dropout: dropout on embeddings and residuals (P_drop), in [0, 1).
         attention_dropout: dropout on attention weights, in [0, 1).
+        ffn_dropout: dropout on the feed-forward networks' inner activations, in [0, 1);
+            None (the default) uses `dropout`.
         activation: feed-forward activation (ReLU in the paper).
         max_length: longest source or target sequence (positional table size).
         norm_first: pre-norm (True) or post-norm (False, the paper).
@@ -86,6 +88,7 @@ class Transformer(keras.Model):
         d_ff: int = 2048,
         dropout: float = 0.1,
         attention_dropout: float = 0.0,
+        ffn_dropout: float | None = None,
         activation: str = "relu",
         max_length: int = 512,
         norm_first: bool = False,
@@ -107,6 +110,7 @@ class Transformer(keras.Model):
             d_ff=d_ff,
             dropout=dropout,
             attention_dropout=attention_dropout,
+            ffn_dropout=ffn_dropout,
             max_length=max_length,
             layer_norm_epsilon=layer_norm_epsilon,
             pad_id=pad_id,
@@ -131,6 +135,7 @@ class Transformer(keras.Model):
             "d_ff": d_ff,
             "dropout": dropout,
             "attention_dropout": attention_dropout,
+            "ffn_dropout": ffn_dropout,
             "activation": activation,
             "max_length": max_length,
             "norm_first": norm_first,

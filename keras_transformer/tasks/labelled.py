@@ -25,6 +25,7 @@ def model_arguments(config: Any, vocabulary_size: int, dtype_policy: str | None)
         "d_ff": m.d_ff,
         "dropout": m.dropout,
         "attention_dropout": m.attention_dropout,
+        "ffn_dropout": m.ffn_dropout,
         "activation": m.activation,
         "max_length": m.max_length,
         "norm_first": m.norm_first,
