@@ -45,6 +45,37 @@ def test_loss_matches_numpy_reference(smoothing):
     )
 
 
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_loss_gradient_is_softmax_minus_targets_in_a_graph_of_unknown_shapes(smoothing):
+    # The loss's own gradient (an XLA-compiled kernel) inside an uncompiled step traced once
+    # for any (B, T, V), as `fit` traces it for bucketed batches of several shapes.
+    loss = MaskedSparseCategoricalCrossentropy(label_smoothing=smoothing)
+    spec = [tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None, None, None], tf.float32)]
+
+    @tf.function(input_signature=spec)
+    def value_and_gradient(y_true, logits):
+        with tf.GradientTape() as tape:
+            tape.watch(logits)
+            value = loss(y_true, logits)
+        return value, tape.gradient(value, logits)
+
+    rng = np.random.default_rng(3)
+    for shape in [(2, 5, 11), (3, 4, 7)]:
+        y_true = rng.integers(0, shape[-1], shape[:2]).astype("int32")
+        y_true[0, -1] = 0  # at least one padding position
+        logits = rng.normal(size=shape).astype("float32") * 3
+        value, gradient = value_and_gradient(y_true, logits)
+        shifted = np.exp(logits - logits.max(-1, keepdims=True))
+        softmax = shifted / shifted.sum(-1, keepdims=True)
+        targets = np.eye(shape[-1])[y_true] * (1 - smoothing) + smoothing / shape[-1]
+        mask = (y_true != 0)[..., None]
+        expected = (softmax - targets) * mask / mask.sum()
+        np.testing.assert_allclose(
+            float(value), _reference_loss(y_true, logits, smoothing)[0], rtol=1e-5
+        )
+        np.testing.assert_allclose(gradient.numpy(), expected, atol=1e-6)
+
+
 def test_padding_positions_do_not_contribute():
     rng = np.random.default_rng(1)
     y_true = np.array([[5, 7, 3, 0, 0, 0]], "int32")

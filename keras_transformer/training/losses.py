@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import keras
+import tensorflow as tf
 from keras import ops
 
 from keras_transformer.validation import check_non_negative_int, check_optional, check_rate
@@ -22,10 +23,8 @@ def masked_label_smoothed_cross_entropy(
     The smoothed target puts `1 - label_smoothing + label_smoothing / V` on the true id and
     `label_smoothing / V` on every other id (Szegedy et al. 2016, as Keras' categorical
     losses do), so `loss = (1 - ls) * nll + ls * mean_k(-log p_k)`. Computed in float32.
-    From logits it is one fused softmax cross-entropy over the smoothed targets
-    (`keras.ops.categorical_crossentropy`, TensorFlow's `SoftmaxCrossEntropyWithLogits`),
-    whose gradient is `softmax - targets`: measured 1.25x faster forward and backward than
-    a log-softmax with a gathered true-id term, whose gradient is a scatter into (B, T, V).
+    From logits it is `smoothed_cross_entropy_from_logits` (one XLA-compiled kernel, no
+    (B, T, V) targets in the forward pass).
 
     Args:
         y_true: int ids (B, T) (or labels of any shape (...)); `pad_id` marks padding.
@@ -40,13 +39,48 @@ def masked_label_smoothed_cross_entropy(
     y_true = ops.cast(y_true, "int32")
     y_pred = ops.cast(y_pred, "float32")
     mask = _real_labels(y_true, pad_id)
+    if from_logits:
+        return smoothed_cross_entropy_from_logits(y_true, y_pred, label_smoothing) * mask
     vocab_size = ops.shape(y_pred)[-1]
     targets = ops.one_hot(y_true, vocab_size, dtype="float32")  # (B, T, V)
     if label_smoothing:
         targets = targets * (1.0 - label_smoothing) + label_smoothing / vocab_size
-    if not from_logits:
-        y_pred = ops.clip(y_pred, 1e-7, 1.0)
-    return ops.categorical_crossentropy(targets, y_pred, from_logits=from_logits) * mask
+    y_pred = ops.clip(y_pred, 1e-7, 1.0)
+    return ops.categorical_crossentropy(targets, y_pred, from_logits=False) * mask
+
+
+def smoothed_cross_entropy_from_logits(labels, logits, label_smoothing: float = 0.0):
+    """Label-smoothed cross-entropy of each position, from float logits, in float32.
+
+    `loss = logsumexp(z) - (1 - ls) * z[label] - ls * mean_k(z_k)`, which equals the
+    cross-entropy against the smoothed one-hot targets of `masked_label_smoothed_cross_entropy`;
+    its gradient is `softmax(z) - targets`. One XLA-compiled function (also inside a
+    training step that is not compiled) with a custom gradient: the forward pass reads the
+    logits twice and keeps `exp(z - max z)` for the backward pass, which writes the gradient
+    in one fused loop; the (B, T, V) one-hot targets are never materialised forward.
+    `benchmarks/loss.py` times it against Keras' fused softmax cross-entropy over one-hot
+    targets (TensorFlow's `SoftmaxCrossEntropyWithLogits`, this package's loss until then).
+
+    Labels must lie in `[0, V)`: under XLA an out-of-range label is clamped to the nearest
+    valid id, not reported (`tf.one_hot` would have given it zero targets, also silently).
+
+    Args:
+        labels: int ids (...).
+        logits: float logits (..., V), any float dtype (cast to float32).
+        label_smoothing: the smoothing rate `ls`, in [0, 1).
+
+    Returns:
+        float32 (...): the loss of each position.
+    """
+    logits = tf.cast(logits, tf.float32)
+    labels = tf.cast(labels, tf.int32)
+    vocab_size = tf.shape(logits)[-1]
+    loss = _fused_smoothed_cross_entropy(
+        tf.reshape(labels, [-1]),  # (N,)
+        tf.reshape(logits, [-1, vocab_size]),  # (N, V)
+        tf.constant(label_smoothing, tf.float32),
+    )
+    return tf.reshape(loss, tf.shape(labels))
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -142,9 +176,29 @@ def _real_labels(y_true, pad_id: int | None):
 
 def _scale_for_replicas(loss):
     """Divides by the replicas in sync, as Keras' built-in losses do under `tf.distribute`."""
-    if keras.backend.backend() != "tensorflow":
-        return loss
-    import tensorflow as tf
-
     replicas = tf.distribute.get_strategy().num_replicas_in_sync
     return loss / float(replicas) if replicas > 1 else loss
+
+
+def _smoothed_cross_entropy_kernel(labels, logits, label_smoothing):
+    """(N,) int32 labels, (N, V) float32 logits, () float32 rate -> (N,) float32 losses."""
+    vocab_size = tf.shape(logits)[-1]
+    top = tf.reduce_max(logits, axis=-1, keepdims=True)  # (N, 1)
+    exp = tf.exp(logits - top)  # (N, V)
+    total = tf.reduce_sum(exp, axis=-1, keepdims=True)  # (N, 1)
+    log_normaliser = top + tf.math.log(total)  # (N, 1)
+    true_logit = tf.gather(logits, labels[:, None], batch_dims=1)  # (N, 1)
+    mean_logit = tf.reduce_mean(logits, axis=-1, keepdims=True)  # (N, 1)
+    loss = log_normaliser - (1.0 - label_smoothing) * true_logit - label_smoothing * mean_logit
+
+    def gradient(upstream):  # (N,)
+        targets = tf.one_hot(labels, vocab_size) * (1.0 - label_smoothing)  # (N, V)
+        targets += label_smoothing / tf.cast(vocab_size, tf.float32)
+        return None, upstream[:, None] * (exp / total - targets), None
+
+    return loss[:, 0], gradient
+
+
+_fused_smoothed_cross_entropy = tf.function(
+    tf.custom_gradient(_smoothed_cross_entropy_kernel), jit_compile=True
+)
