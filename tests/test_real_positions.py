@@ -5,11 +5,15 @@ models' steps (`DistributedTrainingMixin`)."""
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from keras_transformer.models.decoder_model import TransformerDecoderModel
 from keras_transformer.models.transformer import Transformer
 from keras_transformer.training import compile_model
-from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy
+from keras_transformer.training.losses import (
+    LOGIT_ROWS_MULTIPLE,
+    MaskedSparseCategoricalCrossentropy,
+)
 from keras_transformer.training.metrics import MaskedSparseCategoricalAccuracy
 from keras_transformer.training.models import TrainingDecoderModel, TrainingTransformer
 
@@ -183,3 +187,65 @@ def test_other_losses_keep_every_position():
     model.train_on_batch(x, labels)
     assert set(ranks.ranks) == {3}
     assert model.real_label_positions(labels) is None
+
+
+class RowsAndWeights(keras.metrics.Metric):
+    """Sums the rows of predictions it is given and their sample weights (-1 without)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(name="rows", **kwargs)
+        self.rows = self.add_variable(shape=(), initializer="zeros", name="rows")
+        self.weight = self.add_variable(shape=(), initializer="zeros", name="weight")
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        self.rows.assign_add(keras.ops.cast(keras.ops.shape(y_pred)[0], "float32"))
+        if sample_weight is None:
+            self.weight.assign_add(-1.0)
+        else:
+            self.weight.assign_add(keras.ops.sum(keras.ops.cast(sample_weight, "float32")))
+
+    def result(self):
+        return self.rows, self.weight
+
+
+class RowsOfTheLoss(MaskedSparseCategoricalCrossentropy):
+    """The masked loss, recording the number of rows of logits of its last call."""
+
+    rows = tf.Variable(0)
+
+    def call(self, y_true, y_pred):
+        RowsOfTheLoss.rows.assign(tf.shape(y_pred)[0])
+        return super().call(y_true, y_pred)
+
+
+@pytest.mark.parametrize("per_example_weights", [False, True])
+def test_the_loss_gets_a_multiple_of_rows_and_the_metrics_the_real_ones(per_example_weights):
+    """The loss is compiled once per number of rows: the steps pad the real positions to a
+    multiple of `LOGIT_ROWS_MULTIPLE` with rows that weigh 0, and give the metrics the real
+    rows only, with the batch's sample weights if it has them."""
+    x, labels = batch(Transformer, seed=8)
+    real = int((labels != 0).sum())
+    sample_weight = np.full(len(labels), 2.0, "float32") if per_example_weights else None
+    model = tiny(TrainingTransformer)
+    model(x)
+    tracker = RowsAndWeights()
+    model.compile(
+        optimizer="sgd",
+        loss=RowsOfTheLoss(pad_id=0),
+        weighted_metrics=[tracker],  # Keras gives the sample weights to these only
+        jit_compile=False,
+    )
+    logs = model.train_on_batch(x, labels, sample_weight=sample_weight, return_dict=True)
+    rows, weight = (float(v) for v in tracker.result())
+    assert rows == real
+    assert weight == (2.0 * real if per_example_weights else -1.0)
+    padded = LOGIT_ROWS_MULTIPLE * -(-real // LOGIT_ROWS_MULTIPLE)
+    assert padded > real and int(RowsOfTheLoss.rows.numpy()) == padded
+    # The extra rows weigh nothing: the loss is the plain model's on every position.
+    plain = tiny(Transformer)
+    plain(x)
+    plain.set_weights(model.get_weights())  # the weights after the step; compare the loss
+    expected = MaskedSparseCategoricalCrossentropy(pad_id=0)(labels, plain(x), sample_weight)
+    after = model.test_on_batch(x, labels, sample_weight=sample_weight, return_dict=True)
+    np.testing.assert_allclose(after["loss"], float(expected), rtol=1e-5)
+    assert np.isfinite(logs["loss"])

@@ -40,13 +40,17 @@ one: built in that step's first trace instead, they make TensorFlow trace it twi
 from __future__ import annotations
 
 import inspect
+from typing import NamedTuple
 
 import keras
 import tensorflow as tf
 
 from keras_transformer import compat
 from keras_transformer.compat import in_multi_worker_mode
-from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy
+from keras_transformer.training.losses import (
+    LOGIT_ROWS_MULTIPLE,
+    MaskedSparseCategoricalCrossentropy,
+)
 
 
 def is_distributed(strategy: tf.distribute.Strategy | None) -> bool:
@@ -123,8 +127,11 @@ class DistributedTrainingMixin:
         and the masked metrics are the same. It applies when the compiled loss is a
         `MaskedSparseCategoricalCrossentropy` with a `pad_id`, the model's `call` takes
         `logit_positions`, and the step is not XLA-compiled (the number of real labels
-        varies from batch to batch, and XLA needs static shapes). A metric that needs the
-        (B, T) layout should be given to a model compiled with another loss.
+        varies from batch to batch, and XLA needs static shapes). The steps pad N to a
+        multiple of `LOGIT_ROWS_MULTIPLE` (rows of label `pad_id` and sample weight 0, which
+        neither the loss nor a metric counts): the loss is compiled once per number of rows.
+        A metric that needs the (B, T) layout should be given to a model compiled with
+        another loss.
         """
         loss = self.loss
         if not isinstance(loss, MaskedSparseCategoricalCrossentropy) or loss.pad_id is None:
@@ -153,45 +160,55 @@ class DistributedTrainingMixin:
             logs = self._real_positions_test_step(data)
         return self._logs_for_reduction(logs)
 
-    def _real_positions_batch(self, data):
-        """`(x, labels (N,), sample weights (N,) or None, call arguments)`: a batch with its
-        padding left out (`real_label_positions`), or None where it cannot be."""
+    def _real_positions_batch(self, data) -> _RealPositions | None:
+        """A batch with its padding left out (`real_label_positions`), or None where it
+        cannot be."""
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         positions = self.real_label_positions(y)
         if positions is None:
             return None
-        y, sample_weight = _take_positions(y, sample_weight, positions)  # (N,)
+        real = tf.shape(positions)[0]  # N
+        positions, labels, weights = _take_positions(
+            y, sample_weight, positions, self.loss.pad_id
+        )  # (N',) each
         arguments = {"logit_positions": positions}
         if "skip_padding" in inspect.signature(self.call).parameters:
             arguments["skip_padding"] = True
-        return x, y, sample_weight, arguments
+        return _RealPositions(x, labels, weights, arguments, real, sample_weight is not None)
+
+    def _real_positions_metrics(self, batch: _RealPositions, y_pred):
+        """Keras' `compute_metrics` on the real rows only (the first N of the N')."""
+        weights = batch.sample_weight[: batch.real] if batch.weighted else None
+        return self.compute_metrics(
+            batch.x, batch.y[: batch.real], y_pred[: batch.real], sample_weight=weights
+        )
 
     def _real_positions_train_step(self, data):
         """Keras' `train_step`, on the real label positions where it can be."""
         batch = self._real_positions_batch(data)
         if batch is None:
             return super().train_step(data)
-        x, y, sample_weight, arguments = batch
+        x, y, sample_weight = batch.x, batch.y, batch.sample_weight
         trainable_weights = list(self.trainable_weights)
         with tf.GradientTape() as tape:
-            y_pred = self(x, training=True, **arguments)  # (N, V)
+            y_pred = self(x, training=True, **batch.arguments)  # (N', V)
             loss = compat.compute_loss(self, x, y, y_pred, sample_weight, training=True)
             compat.track_loss(self, loss, self._batch_size(x))
             scaled_loss = self.optimizer.scale_loss(loss)
         gradients = tape.gradient(scaled_loss, trainable_weights)
         self.optimizer.apply_gradients(zip(gradients, trainable_weights))
-        return self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
+        return self._real_positions_metrics(batch, y_pred)
 
     def _real_positions_test_step(self, data):
         """Keras' `test_step`, on the real label positions where it can be."""
         batch = self._real_positions_batch(data)
         if batch is None:
             return super().test_step(data)
-        x, y, sample_weight, arguments = batch
-        y_pred = self(x, training=False, **arguments)  # (N, V)
+        x, y, sample_weight = batch.x, batch.y, batch.sample_weight
+        y_pred = self(x, training=False, **batch.arguments)  # (N', V)
         loss = compat.compute_loss(self, x, y, y_pred, sample_weight, training=False)
         compat.track_loss(self, loss, self._batch_size(x))
-        return self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
+        return self._real_positions_metrics(batch, y_pred)
 
     def _logs_for_reduction(self, logs):
         if not in_multi_worker_mode(self.distribute_strategy):
@@ -231,14 +248,38 @@ class DistributedTrainingMixin:
         return self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
 
 
-def _take_positions(y, sample_weight, positions):
-    """The labels (N,) at the flat `positions`, and the sample weights there (per example
-    (B,) or per label (B, T)), or None."""
+class _RealPositions(NamedTuple):
+    """A batch on its real label positions: the model's inputs, the labels and sample
+    weights (N',) of the loss (N real rows, then rows of weight 0 up to a multiple of
+    `LOGIT_ROWS_MULTIPLE`), the model's call arguments, N, and whether the batch came
+    with sample weights (the metrics get them, on the N real rows, only then)."""
+
+    x: object
+    y: tf.Tensor
+    sample_weight: tf.Tensor
+    arguments: dict
+    real: tf.Tensor
+    weighted: bool
+
+
+def _take_positions(y, sample_weight, positions, pad_id: int):
+    """`(positions, labels, sample weights)`, each (N',): the labels at the flat `positions`
+    (N,) and their sample weights (per example (B,) or per label (B, T), else 1), with
+    N' - N extra rows (position 0, label `pad_id`, weight 0) that make N' a multiple of
+    `LOGIT_ROWS_MULTIPLE`."""
+    count = tf.shape(positions)[0]
+    extra = (-count) % LOGIT_ROWS_MULTIPLE
     taken = tf.gather(tf.reshape(y, [-1]), positions)  # (N,)
     if sample_weight is None:
-        return taken, None
-    sample_weight = tf.convert_to_tensor(sample_weight)
-    while sample_weight.shape.rank < y.shape.rank:
-        sample_weight = sample_weight[..., None]  # (B,) -> (B, 1)
-    per_label = tf.broadcast_to(sample_weight, tf.shape(y))  # (B, T)
-    return taken, tf.gather(tf.reshape(per_label, [-1]), positions)  # (N,)
+        weights = tf.ones([count], tf.float32)
+    else:
+        sample_weight = tf.convert_to_tensor(sample_weight)
+        while sample_weight.shape.rank < y.shape.rank:
+            sample_weight = sample_weight[..., None]  # (B,) -> (B, 1)
+        per_label = tf.broadcast_to(sample_weight, tf.shape(y))  # (B, T)
+        weights = tf.gather(tf.reshape(per_label, [-1]), positions)  # (N,)
+    return (
+        tf.concat([positions, tf.zeros([extra], positions.dtype)], 0),
+        tf.concat([taken, tf.fill([extra], tf.cast(pad_id, taken.dtype))], 0),
+        tf.concat([weights, tf.zeros([extra], weights.dtype)], 0),
+    )

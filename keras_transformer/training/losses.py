@@ -10,6 +10,12 @@ from keras import ops
 
 from keras_transformer.validation import check_non_negative_int, check_optional, check_rate
 
+# `smoothed_cross_entropy_from_logits` is compiled once per shape of its logits. Training
+# steps that project the real target positions only (their number varies from batch to
+# batch) pad the rows to a multiple of this, the extra rows weighing 0: a few compilations
+# a run instead of one for almost every batch, for at most 127 more rows of logits.
+LOGIT_ROWS_MULTIPLE = 128
+
 
 def masked_label_smoothed_cross_entropy(
     y_true,
