@@ -20,7 +20,7 @@ CATEGORIES = (
     "feed-forward",
     "output projection (tied logits)",
     "embeddings (lookup, scale, positions, gradient)",
-    "loss (softmax cross-entropy)",
+    "loss (its TensorFlow ops; the XLA kernel is not in the op stats)",
     "other (metrics, residual adds, gradient sums)",
 )
 _PROJECTIONS = ("/query/", "/key/", "/value/", "/attention_output/")

@@ -11,6 +11,8 @@ extra; TensorBoard's profile tool: its `framework_op_stats`) in a process withou
 TensorFlow. Op self-times are summed over the executor's threads: on 2 cores they add up to
 about twice the step's wall time, so the shares are shares of op time, and the wall time
 per step during the trace (the profiler's overhead included) is printed beside them.
+XLA-compiled functions (the loss, `smoothed_cross_entropy_from_logits`, outside an XLA step)
+are not TensorFlow ops in the trace's op stats: their time is in the wall time only.
 
     python benchmarks/train_profile.py [--steps 20] [--skip 10] [--set key=value ...]
 
@@ -178,6 +180,11 @@ def main() -> None:
             f"{BUSY_CORES}): op times include waiting for the CPU; profile a quiet machine."
         )
     print(format_table(categorize(rows), steps=step["steps"]))
+    print(
+        "(XLA-compiled functions, as the loss outside an XLA step, run outside TensorFlow's "
+        "op stats: their time is in the wall time a step, not in the op time above; "
+        "`benchmarks/loss.py` times the loss alone.)"
+    )
     print()
     print(top_ops(rows, steps=step["steps"]))
 
