@@ -43,6 +43,7 @@ PRIVATE_SYMBOLS: tuple[tuple[str, str], ...] = (
     ("tensorflow.python.client.pywrap_tf_session", "TF_GetAllOpList"),
     ("tensorflow.python.framework.kernels", "get_registered_kernels_for_op"),
     ("tensorflow.python.saved_model.fingerprinting_utils", "write_fingerprint"),
+    ("tensorflow.python.ops.control_flow_util", "GraphOrParentsInXlaContext"),
 )
 # Attributes that exist on instances only, checked on a compiled model by the test.
 _INSTANCE_ATTRIBUTES = {
@@ -251,3 +252,18 @@ def kernel_devices(op_name: str) -> set[str]:
     from tensorflow.python.framework import kernels
 
     return {k.device_type for k in kernels.get_registered_kernels_for_op(op_name).kernel}
+
+
+def in_xla_context() -> bool:
+    """Whether the graph being built is (inside) a function that XLA compiles.
+
+    A `jit_compile` function called there is inlined into the enclosing computation; this
+    lets a caller use its plain body instead (TensorFlow recompiled an enclosing XLA train
+    step on every call when it held a nested `jit_compile` function with a custom gradient).
+    """
+    import tensorflow as tf
+    from tensorflow.python.ops import control_flow_util
+
+    if tf.executing_eagerly():
+        return False
+    return bool(control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()))

@@ -146,3 +146,19 @@ def test_the_private_attribute_check_sees_each_form():
         (2, "_trainable_state"),
         (3, "_DefaultDistributionStrategy"),
     ]
+
+
+def test_in_xla_context_is_true_only_inside_a_function_that_xla_compiles():
+    import tensorflow as tf
+
+    seen = {}
+
+    def record(name):
+        seen[name] = compat.in_xla_context()
+        return tf.constant(0.0)
+
+    tf.function(lambda: record("xla"), jit_compile=True)()
+    tf.function(lambda: record("graph"))()
+    record("eager")
+    tf.function(lambda: tf.function(lambda: record("nested"))(), jit_compile=True)()
+    assert seen == {"xla": True, "graph": False, "eager": False, "nested": True}

@@ -8,6 +8,7 @@ import keras
 import tensorflow as tf
 from keras import ops
 
+from keras_transformer import compat
 from keras_transformer.validation import check_non_negative_int, check_optional, check_rate
 
 # `smoothed_cross_entropy_from_logits` is compiled once per shape of its logits. Training
@@ -81,7 +82,9 @@ def smoothed_cross_entropy_from_logits(labels, logits, label_smoothing: float = 
     logits = tf.cast(logits, tf.float32)
     labels = tf.cast(labels, tf.int32)
     vocab_size = tf.shape(logits)[-1]
-    loss = _fused_smoothed_cross_entropy(
+    # Inside a step that XLA compiles, the kernel's plain body joins that computation.
+    kernel = _smoothed_cross_entropy if compat.in_xla_context() else _compiled_cross_entropy
+    loss = kernel(
         tf.reshape(labels, [-1]),  # (N,)
         tf.reshape(logits, [-1, vocab_size]),  # (N, V)
         tf.constant(label_smoothing, tf.float32),
@@ -205,6 +208,5 @@ def _smoothed_cross_entropy_kernel(labels, logits, label_smoothing):
     return loss[:, 0], gradient
 
 
-_fused_smoothed_cross_entropy = tf.function(
-    tf.custom_gradient(_smoothed_cross_entropy_kernel), jit_compile=True
-)
+_smoothed_cross_entropy = tf.custom_gradient(_smoothed_cross_entropy_kernel)
+_compiled_cross_entropy = tf.function(_smoothed_cross_entropy, jit_compile=True)
