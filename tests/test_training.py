@@ -45,14 +45,18 @@ def test_loss_matches_numpy_reference(smoothing):
     )
 
 
+@pytest.mark.parametrize("jit_compile", [False, True])
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])
-def test_loss_gradient_is_softmax_minus_targets_in_a_graph_of_unknown_shapes(smoothing):
-    # The loss's own gradient (an XLA-compiled kernel) inside an uncompiled step traced once
-    # for any (B, T, V), as `fit` traces it for bucketed batches of several shapes.
+def test_loss_gradient_is_softmax_minus_targets_in_a_graph_of_unknown_shapes(
+    smoothing, jit_compile
+):
+    # The loss's own gradient inside a step traced once for any (B, T, V), as `fit` traces
+    # it for bucketed batches of several shapes: an uncompiled step (the loss's own XLA
+    # kernel) and one that XLA compiles (the kernel's plain body inside it).
     loss = MaskedSparseCategoricalCrossentropy(label_smoothing=smoothing)
     spec = [tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None, None, None], tf.float32)]
 
-    @tf.function(input_signature=spec)
+    @tf.function(input_signature=spec, jit_compile=jit_compile)
     def value_and_gradient(y_true, logits):
         with tf.GradientTape() as tape:
             tape.watch(logits)

@@ -62,7 +62,8 @@ def smoothed_cross_entropy_from_logits(labels, logits, label_smoothing: float = 
     `loss = logsumexp(z) - (1 - ls) * z[label] - ls * mean_k(z_k)`, which equals the
     cross-entropy against the smoothed one-hot targets of `masked_label_smoothed_cross_entropy`;
     its gradient is `softmax(z) - targets`. One XLA-compiled function (also inside a
-    training step that is not compiled) with a custom gradient: the forward pass reads the
+    training step that is not compiled; inside one that XLA compiles, its plain body joins
+    that step, `compat.in_xla_context`) with a custom gradient: the forward pass reads the
     logits twice and keeps `exp(z - max z)` for the backward pass, which writes the gradient
     in one fused loop; the (B, T, V) one-hot targets are never materialised forward.
     `benchmarks/loss.py` times it against Keras' fused softmax cross-entropy over one-hot
