@@ -53,6 +53,32 @@ def test_gradient_is_the_mask_times_the_scale():
     np.testing.assert_allclose(grad, np.where(y.numpy() == 0, 0.0, scale), rtol=1e-6)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("rate", [0.1, 0.5])
+def test_default_mask_is_keras_dropout_and_its_gradient(dtype, rate):
+    """fast=False: Keras' own draws, mask and scale (`scaled_mask_dropout`), three calls in a
+    row (each call draws a new seed, as Keras' layer does), values and gradients."""
+    ours = Dropout(rate, seed=5, dtype=dtype)
+    theirs = keras.layers.Dropout(rate, seed=5, dtype=dtype)
+    x = tf.cast(tf.random.stateless_normal((16, 33, 40), [1, 2]), dtype)
+    for _ in range(3):
+        with tf.GradientTape(persistent=True) as tape:
+            tape.watch(x)
+            y_ours, y_theirs = ours(x, training=True), theirs(x, training=True)
+            weights = tf.cast(tf.range(tf.size(x)) % 7, dtype)
+            loss_ours = tf.reduce_sum(tf.reshape(y_ours, [-1]) * weights)
+            loss_theirs = tf.reduce_sum(tf.reshape(y_theirs, [-1]) * weights)
+        np.testing.assert_array_equal(
+            tf.cast(y_ours, tf.float32).numpy(), tf.cast(y_theirs, tf.float32).numpy()
+        )
+        np.testing.assert_array_equal(
+            tf.cast(tape.gradient(loss_ours, x), tf.float32).numpy(),
+            tf.cast(tape.gradient(loss_theirs, x), tf.float32).numpy(),
+        )
+    dropped = float((tf.cast(y_ours, tf.float32).numpy() == 0).mean())
+    assert abs(dropped - rate) < 0.05  # a mask was applied at all
+
+
 def test_layer_draws_new_masks_each_call_and_only_in_training():
     layer = Dropout(0.5, fast=True, seed=11)
     x = np.ones((16, 64), "float32")

@@ -11,7 +11,11 @@ a (160, 32, 1024) tensor at rate 0.1 took 1.56x less time in float32 and 2.04x l
 bfloat16 on a 2-core AMD EPYC (AVX2).
 
 The bit cast has no `keras.ops` equivalent (a `keras.ops` version with shifts and masks kept
-only 1.05x), so the fast mask is TensorFlow code; the rest is Keras' `Dropout`.
+only 1.05x), so the fast mask is TensorFlow code. Without `fast`, training draws Keras'
+mask, the same numbers from the same seeds, and applies it as one multiply by 0 or
+`1 / (1 - rate)` each way (`scaled_mask_dropout`) instead of Keras' scale-then-select and
+its gradient's select against a tensor of zeros; with a `noise_shape`, and outside
+training, the layer is Keras' `Dropout`.
 `fast_dropout_scope()` sets the default of the layers created inside it (the training
 models' `model.fast_dropout`, as `keras.RematScope` does for remat).
 """
@@ -74,6 +78,32 @@ def uint16_dropout(inputs: tf.Tensor, rate: float, seed: tf.Tensor) -> tf.Tensor
     return tf.where(keep, inputs * scale, tf.zeros_like(inputs))
 
 
+def scaled_mask_dropout(inputs: tf.Tensor, rate: float, seed: tf.Tensor) -> tf.Tensor:
+    """Keras' dropout of `inputs` as one multiply by a mask of 0 and `1 / (1 - rate)`.
+
+    The same float uniforms, keep decisions and scale as Keras' TensorFlow dropout
+    (`tf.nn.experimental.stateless_dropout` with this `seed`), so the same kept values; a
+    dropped element is `x * 0` rather than a selected 0 (-0.0 for a negative `x`, NaN for
+    a non-finite one). Keras' version scales, then selects, and its gradient selects
+    against a tensor of zeros and scales again; here the forward and backward passes are one
+    multiply each.
+
+    Args:
+        inputs: any float tensor.
+        rate: the probability of dropping an element, in (0, 1).
+        seed: a stateless seed, int32 of shape (2,).
+
+    Returns:
+        `inputs` with the dropped elements zeroed and the others divided by `1 - rate`.
+    """
+    dtype = inputs.dtype
+    uniform = tf.random.stateless_uniform(tf.shape(inputs), seed=seed, dtype=dtype)
+    mask = tf.where(
+        uniform >= tf.constant(rate, dtype), tf.constant(1 / (1 - rate), dtype), tf.zeros((), dtype)
+    )
+    return inputs * mask
+
+
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class Dropout(keras.layers.Dropout):
     """Keras' `Dropout`, with an optional mask of 16-bit random integers in training.
@@ -115,12 +145,14 @@ class Dropout(keras.layers.Dropout):
         self.fast = _FAST_DEFAULT.get() if fast is None else bool(fast)
 
     def call(self, inputs, training=False):
-        if not (training and self.fast and self.rate > 0 and self.noise_shape is None):
+        if not (training and self.rate > 0 and self.noise_shape is None):
             return super().call(inputs, training=training)
         seed = self.seed_generator.next()
         if seed.dtype != tf.int32:  # as Keras' TF backend: stateless ops take int32 seeds
             seed = tf.cast(tf.math.floormod(seed, tf.int32.max - 1), tf.int32)
-        return uint16_dropout(inputs, self.rate, seed)
+        if self.fast:
+            return uint16_dropout(inputs, self.rate, seed)
+        return scaled_mask_dropout(inputs, self.rate, seed)
 
     def get_config(self):
         return {**super().get_config(), "fast": self.fast}
