@@ -1,9 +1,10 @@
-"""The dropout mask alone: Keras' float-uniform mask against `model.fast_dropout`'s 16-bit one.
+"""The dropout mask alone: Keras' float-uniform mask, the same mask as one multiply each way
+(`layers.Dropout`'s default), and `model.fast_dropout`'s 16-bit one.
 
 Forward and backward through dropout of one tensor (default (160, 32, 1024): the recipe's
 feed-forward inner activations at ~5k tokens a batch), 20 passes in one `tf.function` per
-timed call, the two masks interleaved for `--repeats` calls each, in float32 and bfloat16;
-prints the median ms per pass with the fastest and slowest, and the ratio.
+timed call, the three interleaved for `--repeats` calls each, in float32 and bfloat16;
+prints the median ms per pass with the fastest and slowest, and Keras' time over each.
 
     python benchmarks/dropout.py [--repeats 5] [--rate 0.1]
 """
@@ -11,14 +12,14 @@ prints the median ms per pass with the fastest and slowest, and the ratio.
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 
 import _machine  # noqa: F401  (first: sets the package's oneDNN default before TF)
 import tensorflow as tf
+from _interleave import cell, interleaved, ratio
 from _machine import commit, cpu_model
 
-from keras_transformer.layers.dropout import uint16_dropout
+from keras_transformer.layers.dropout import scaled_mask_dropout, uint16_dropout
 
 PASSES = 20
 
@@ -27,7 +28,7 @@ def keras_mask(x, rate, seed):
     return tf.nn.experimental.stateless_dropout(x, rate, seed=seed)  # Keras' TF backend
 
 
-MASKS = {"keras": keras_mask, "16-bit": uint16_dropout}
+MASKS = {"keras": keras_mask, "multiply": scaled_mask_dropout, "16-bit": uint16_dropout}
 
 
 def timed(fn, x, rate):
@@ -59,17 +60,20 @@ def main() -> None:
     parser.add_argument("--shape", type=int, nargs="+", default=[160, 32, 1024])
     args = parser.parse_args()
     print(f"{cpu_model()}, commit {commit()}; shape {tuple(args.shape)}, rate {args.rate}")
-    print("| dtype | Keras' mask ms | 16-bit mask ms | ratio |\n| --- | --- | --- | --- |")
+    print(
+        "| dtype | Keras' mask ms | multiplied ms | ratio | 16-bit mask ms | ratio |\n"
+        "| --- | --- | --- | --- | --- | --- |"
+    )
     for dtype in ("float32", "bfloat16"):
         x = tf.cast(tf.random.normal(args.shape), dtype)
         calls = {name: timed(fn, x, args.rate) for name, fn in MASKS.items()}
-        times = {name: [] for name in calls}
-        for _ in range(args.repeats):
-            for name, call in calls.items():
-                times[name].append(call())
-        cells = [f"{statistics.median(t):.1f} ({min(t):.1f}-{max(t):.1f})" for t in times.values()]
-        ratio = statistics.median(times["keras"]) / statistics.median(times["16-bit"])
-        print(f"| {dtype} | {cells[0]} | {cells[1]} | {ratio:.2f}x |")
+        times = interleaved(calls, args.repeats)
+        keras_ms = times["keras"]
+        print(
+            f"| {dtype} | {cell(keras_ms)} | {cell(times['multiply'])} "
+            f"| {ratio(keras_ms, times['multiply'])} | {cell(times['16-bit'])} "
+            f"| {ratio(keras_ms, times['16-bit'])} |"
+        )
 
 
 if __name__ == "__main__":

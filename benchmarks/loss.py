@@ -15,12 +15,12 @@ slowest, and the ratio.
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 
 import _machine  # noqa: F401  (first: sets the package's oneDNN default before TF)
 import keras
 import tensorflow as tf
+from _interleave import cell, interleaved, ratio
 from _machine import commit, cpu_model
 
 from keras_transformer.training.losses import smoothed_cross_entropy_from_logits
@@ -77,14 +77,12 @@ def main() -> None:
         f"gradient max difference {float(tf.reduce_max(tf.abs(grad_a - grad_b))):.1e}"
     )
     calls = {name: timed(run, labels, logits) for name, run in runs.items()}
-    times = {name: [] for name in calls}
-    for _ in range(args.repeats):
-        for name, call in calls.items():
-            times[name].append(call())
+    times = interleaved(calls, args.repeats)
     print("| one-hot ms | fused ms | ratio |\n| --- | --- | --- |")
-    cells = [f"{statistics.median(t):.1f} ({min(t):.1f}-{max(t):.1f})" for t in times.values()]
-    ratio = statistics.median(times["one-hot"]) / statistics.median(times["fused"])
-    print(f"| {cells[0]} | {cells[1]} | {ratio:.2f}x |")
+    print(
+        f"| {cell(times['one-hot'])} | {cell(times['fused'])} "
+        f"| {ratio(times['one-hot'], times['fused'])} |"
+    )
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ from keras_transformer.layers.embedding import TransformerEmbedding
 from keras_transformer.layers.encoder import Encoder
 from keras_transformer.layers.encoder_layer import EncoderLayer
 from keras_transformer.layers.feed_forward import FeedForward
+from keras_transformer.layers.layer_normalization import LayerNormalization
 from keras_transformer.layers.multi_head_attention import MultiHeadAttention
 from keras_transformer.layers.positional_encoding import PositionalEncoding
 
@@ -17,6 +18,7 @@ __all__ = [
     "Encoder",
     "EncoderLayer",
     "FeedForward",
+    "LayerNormalization",
     "MultiHeadAttention",
     "PositionalEncoding",
     "TransformerEmbedding",

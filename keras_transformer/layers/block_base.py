@@ -7,6 +7,7 @@ from collections.abc import Callable
 import keras
 
 from keras_transformer.layers.dropout import Dropout
+from keras_transformer.layers.layer_normalization import LayerNormalization
 from keras_transformer.validation import check_architecture
 
 
@@ -93,7 +94,7 @@ class BlockBase(keras.layers.Layer):
 
     def _build_norm_and_dropout(self, prefix: str, inputs_shape) -> None:
         """Creates and builds `{prefix}_norm` and `{prefix}_dropout`."""
-        norm = keras.layers.LayerNormalization(
+        norm = LayerNormalization(
             epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=f"{prefix}_norm"
         )
         norm.build(inputs_shape)

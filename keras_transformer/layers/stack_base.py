@@ -5,6 +5,7 @@ from __future__ import annotations
 import keras
 
 from keras_transformer.layers.embedding import TransformerEmbedding
+from keras_transformer.layers.layer_normalization import LayerNormalization
 from keras_transformer.validation import check_architecture
 
 
@@ -100,7 +101,7 @@ class StackBase(keras.layers.Layer):
             self.layers_.append(layer)
         self.final_norm = None
         if self.norm_first:
-            self.final_norm = keras.layers.LayerNormalization(
+            self.final_norm = LayerNormalization(
                 epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="final_norm"
             )
             self.final_norm.build(hidden_shape)
