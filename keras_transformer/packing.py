@@ -33,6 +33,7 @@ Example:
 
 from __future__ import annotations
 
+import keras
 from keras import ops
 
 Packing = tuple  # (positions int32 (N,), batch int32 (), length int32 (), rows int32 (B * T,))
@@ -73,7 +74,8 @@ def pack(x, packing: Packing):
 
         def gradient(*args, upstream=None):
             upstream = args[0] if upstream is None else upstream  # (N, ...)
-            return ops.reshape(_gather_rows_or_zeros(upstream, rows), shape)
+            with keras.name_scope("pack_gradient"):  # names for profiles
+                return ops.reshape(_gather_rows_or_zeros(upstream, rows), shape)
 
         return _gather_rows(flat, positions), gradient  # (N, ...)
 
@@ -89,8 +91,9 @@ def unpack(x, packing: Packing):
     def unpacked(x):
         def gradient(*args, upstream=None):
             upstream = args[0] if upstream is None else upstream  # (B, T, ...)
-            flat = ops.reshape(upstream, (batch * length, *shape[1:]))
-            return _gather_rows(flat, positions)  # (N, ...)
+            with keras.name_scope("unpack_gradient"):  # names for profiles
+                flat = ops.reshape(upstream, (batch * length, *shape[1:]))
+                return _gather_rows(flat, positions)  # (N, ...)
 
         flat = _gather_rows_or_zeros(x, rows)  # (B * T, ...)
         return ops.reshape(flat, (batch, length, *shape[1:])), gradient

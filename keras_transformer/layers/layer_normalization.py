@@ -39,15 +39,16 @@ def layer_norm_last_axis(x, gamma, beta, epsilon: float):
 
         def gradient(*args, upstream=None):
             upstream = args[0] if upstream is None else upstream  # (..., D)
-            rows = ops.reshape(upstream, (-1, depth))  # (N, D)
-            d_beta = ops.sum(rows, axis=0)
-            d_gamma = ops.sum(rows * ops.reshape(normalized, (-1, depth)), axis=0)
-            g = upstream * gamma  # (..., D)
-            d_x = inv * (
-                g
-                - ops.mean(g, axis=-1, keepdims=True)
-                - normalized * ops.mean(g * normalized, axis=-1, keepdims=True)
-            )
+            with keras.name_scope("layer_norm_gradient"):  # for profiles: no layer scope here
+                rows = ops.reshape(upstream, (-1, depth))  # (N, D)
+                d_beta = ops.sum(rows, axis=0)
+                d_gamma = ops.sum(rows * ops.reshape(normalized, (-1, depth)), axis=0)
+                g = upstream * gamma  # (..., D)
+                d_x = inv * (
+                    g
+                    - ops.mean(g, axis=-1, keepdims=True)
+                    - normalized * ops.mean(g * normalized, axis=-1, keepdims=True)
+                )
             return d_x, d_gamma, d_beta
 
         return normalized * gamma + beta, gradient
