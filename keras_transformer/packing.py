@@ -14,10 +14,11 @@ batch, so packed code runs outside XLA only (XLA needs static shapes).
 Both directions, and both gradients, are row gathers (`ops.take`): `unpack` gathers from the
 packed rows and one row of zeros, and its gradient gathers the real positions; `pack`'s
 gradient gathers the other way (the positions are distinct, so no gradient sums two rows).
-Autodiff's would be a `ScatterNd` forward and an `UnsortedSegmentSum` backward: about 47 ms
-of op time a step of the recipe in float32 on a 2-core Xeon (`benchmarks/train_profile.py`),
-and in a chain of (4,370, 256) float32 unpacks into (5,440, 256) each with a pack back, 1.85
-ms a link with `ScatterNd` against 1.0 with the gather (the same values).
+Autodiff's would be a `ScatterNd` forward and an `UnsortedSegmentSum` backward: 34% and 20%
+of attention's 87.5 ms of other ops a step of the recipe in float32 on a 2-core Xeon
+(`benchmarks/train_profile.py`, README), and 1.22x the time of the gathers for a pack and
+unpack, forward and backward, over (160, 34, 256) float32 (`benchmarks/pieces.py`; the same
+values).
 
 Example:
 >>> import numpy as np
