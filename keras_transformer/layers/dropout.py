@@ -1,14 +1,14 @@
 """Dropout whose training mask can be drawn as 16-bit random integers, two per 32-bit draw.
 
-Keras' `Dropout` draws one float uniform per element (`tf.nn.experimental.stateless_dropout`):
-in the recipe's float32 training step that mask was 11.7% of the op time, 60% of it the
-random numbers (README, "Where the step's time goes"), and in bfloat16 the float draw costs
-more. With `fast=True` the layer draws half as many 32-bit random integers, bit-casts each
-into two 16-bit ones and keeps an element when its integer is at least
-`round(rate * 65536)`: the same Bernoulli mask up to the rate's rounding to 1/65536, the kept
-elements scaled by the exact inverse of the keep probability. A forward and backward pass over
-a (160, 32, 1024) tensor at rate 0.1 took 1.56x less time in float32 and 2.04x less in
-bfloat16 on a 2-core AMD EPYC (AVX2).
+Keras' `Dropout` draws one float uniform per element
+(`tf.nn.experimental.stateless_dropout`): in the recipe's float32 training step dropout is
+9.2% of the op time, 57% of it the random numbers, and in bfloat16 20.7%, the float draw
+costing more (README, "Where the step's time goes", commit d99792d). With `fast=True` the
+layer draws half as many 32-bit random integers, bit-casts each into two 16-bit ones and
+keeps an element when its integer is at least `round(rate * 65536)`: the same Bernoulli mask
+up to the rate's rounding to 1/65536, the kept elements scaled by the exact inverse of the
+keep probability. A forward and backward pass over a (160, 32, 1024) tensor at rate 0.1 took
+1.56x less time in float32 and 2.04x less in bfloat16 on a 2-core AMD EPYC (AVX2).
 
 The bit cast has no `keras.ops` equivalent (a `keras.ops` version with shifts and masks kept
 only 1.05x), so the fast mask is TensorFlow code. Without `fast`, training draws Keras'
