@@ -337,6 +337,7 @@ def _optimizer_options(config: ExperimentConfig) -> dict[str, Any]:
         "epsilon": t.epsilon,
         "clipnorm": t.clipnorm,
         "global_clipnorm": t.global_clipnorm,
+        "rdrop_alpha": t.rdrop_alpha,
         "jit_compile": t.jit_compile,
         "steps_per_execution": t.steps_per_execution,
     }

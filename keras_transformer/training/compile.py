@@ -6,6 +6,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from keras_transformer.training.distributed import DistributedTrainingMixin
 from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy
 from keras_transformer.training.metrics import MaskedSparseCategoricalAccuracy
 from keras_transformer.training.schedules import TransformerSchedule
@@ -28,6 +29,7 @@ def compile_model(
     epsilon: float = 1e-9,
     clipnorm: float | None = None,
     global_clipnorm: float | None = None,
+    rdrop_alpha: float = 0.0,
     jit_compile: bool | str = "auto",
     steps_per_execution: int = 1,
     strategy: tf.distribute.Strategy | None = None,
@@ -57,6 +59,9 @@ def compile_model(
         epsilon: Adam's epsilon.
         clipnorm: per-gradient norm clipping.
         global_clipnorm: global norm clipping.
+        rdrop_alpha: R-Drop's weight (`training.rdrop`: each batch trained twice, the two
+            passes' predictions pulled together); 0: off. Needs a training model
+            (`training.models`).
         jit_compile: `True`, `False` or `"auto"` (see `resolve_jit_compile`).
         steps_per_execution: steps per compiled call.
         strategy: the strategy (for `"auto"`); the current one if None.
@@ -85,11 +90,21 @@ def compile_model(
         )
     if metrics is None:
         metrics = [MaskedSparseCategoricalAccuracy(pad_id=model.pad_id, name="accuracy")]
+    options = {}
+    if isinstance(model, DistributedTrainingMixin):
+        options["rdrop_alpha"] = rdrop_alpha
+    elif rdrop_alpha:
+        raise ValueError(
+            "Received `rdrop_alpha` for a model without R-Drop's training step, expected a "
+            "training model (`keras_transformer.training.models`) or rdrop_alpha=0. "
+            f"Received: rdrop_alpha={rdrop_alpha}, model={type(model).__name__}"
+        )
     model.compile(
         optimizer=optimizer,
         loss=loss,
         metrics=metrics,
         jit_compile=resolve_jit_compile(jit_compile, strategy),
         steps_per_execution=steps_per_execution,
+        **options,
     )
     return model

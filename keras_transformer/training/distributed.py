@@ -39,6 +39,7 @@ one: built in that step's first trace instead, they make TensorFlow trace it twi
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from typing import NamedTuple
 
@@ -47,10 +48,13 @@ import tensorflow as tf
 
 from keras_transformer import compat
 from keras_transformer.compat import in_multi_worker_mode
+from keras_transformer.training import rdrop
 from keras_transformer.training.losses import (
     LOGIT_ROWS_MULTIPLE,
     MaskedSparseCategoricalCrossentropy,
+    scale_for_replicas,
 )
+from keras_transformer.validation import check_non_negative_float
 
 
 def is_distributed(strategy: tf.distribute.Strategy | None) -> bool:
@@ -73,8 +77,12 @@ class DistributedTrainingMixin:
     """
 
     _per_replica_jit_compile = False
+    _rdrop_alpha = 0.0
+    _passes = 1  # 2 while a training step runs on a batch doubled for R-Drop
 
-    def compile(self, *args, jit_compile="auto", **kwargs):
+    def compile(self, *args, jit_compile="auto", rdrop_alpha: float = 0.0, **kwargs):
+        """Keras' `compile`, and `rdrop_alpha`: R-Drop's weight (`training.rdrop`; 0: off)."""
+        self._rdrop_alpha = check_non_negative_float("rdrop_alpha", rdrop_alpha)
         strategy = (
             tf.distribute.get_strategy()
             if tf.distribute.has_strategy()
@@ -143,11 +151,20 @@ class DistributedTrainingMixin:
         labels = tf.reshape(y, [-1])  # (B * T,)
         return tf.cast(tf.where(tf.not_equal(labels, loss.pad_id))[:, 0], tf.int32)  # (N,)
 
+    @property
+    def rdrop_alpha(self) -> float:
+        """R-Drop's weight (`training.rdrop`), 0 when off."""
+        return self._rdrop_alpha
+
     def train_step(self, data):
-        if self._per_replica_jit_compile:
-            logs = self._xla_train_step(data)
-        else:
-            logs = self._real_positions_train_step(data)
+        passes = 2 if self._rdrop_alpha else 1
+        with self._passes_scope(passes):
+            if passes == 2:
+                data = rdrop.twice(data)
+            if self._per_replica_jit_compile:
+                logs = self._xla_train_step(data)
+            else:
+                logs = self._real_positions_train_step(data)
         logs = dict(logs)
         if self.optimizer is not None:
             logs["learning_rate"] = tf.cast(self.optimizer.learning_rate, "float32")
@@ -160,28 +177,63 @@ class DistributedTrainingMixin:
             logs = self._real_positions_test_step(data)
         return self._logs_for_reduction(logs)
 
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        """Keras' loss, plus R-Drop's term in a training step on a doubled batch."""
+        loss = super().compute_loss(x, y, y_pred, sample_weight, training=training)
+        if training and self._passes == 2:
+            pad_id = getattr(self.loss, "pad_id", None)
+            consistency = rdrop.consistency_loss(y, y_pred, sample_weight, pad_id)
+            loss = loss + scale_for_replicas(self._rdrop_alpha / 2.0 * consistency)
+        return loss
+
+    def compute_metrics(self, x, y, y_pred, sample_weight=None):
+        """Keras' metrics, of the first pass only in a step on a batch doubled for R-Drop."""
+        if self._passes == 2:
+            y, y_pred, sample_weight = rdrop.first_pass(y, y_pred, sample_weight)
+        return super().compute_metrics(x, y, y_pred, sample_weight=sample_weight)
+
+    @contextlib.contextmanager
+    def _passes_scope(self, passes: int):
+        """Marks the step being traced as one on a batch of `passes` copies."""
+        outer, self._passes = self._passes, passes
+        try:
+            yield
+        finally:
+            self._passes = outer
+
     def _real_positions_batch(self, data) -> _RealPositions | None:
         """A batch with its padding left out (`real_label_positions`), or None where it
-        cannot be."""
+        cannot be. On a batch doubled for R-Drop, the second pass's rows repeat the first
+        pass's (N' each), so that the two passes are the halves of the rows."""
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
-        positions = self.real_label_positions(y)
+        y_one, weight_one = (
+            rdrop.first_pass(y, sample_weight) if self._passes == 2 else (y, sample_weight)
+        )
+        positions = self.real_label_positions(y_one)
         if positions is None:
             return None
-        real = tf.shape(positions)[0]  # N
+        real = tf.shape(positions)[0]  # N (of one pass)
         positions, labels, weights = _take_positions(
-            y, sample_weight, positions, self.loss.pad_id
+            y_one, weight_one, positions, self.loss.pad_id
         )  # (N',) each
+        if self._passes == 2:
+            offset = tf.size(y_one, out_type=positions.dtype)  # the second copy's flat start
+            positions = tf.concat([positions, positions + offset], 0)  # (2N',)
+            labels = tf.concat([labels, labels], 0)
+            weights = tf.concat([weights, weights], 0)
         arguments = {"logit_positions": positions}
         if "skip_padding" in inspect.signature(self.call).parameters:
             arguments["skip_padding"] = True
         return _RealPositions(x, labels, weights, arguments, real, sample_weight is not None)
 
     def _real_positions_metrics(self, batch: _RealPositions, y_pred):
-        """Keras' `compute_metrics` on the real rows only (the first N of the N')."""
+        """Keras' `compute_metrics` on the real rows only (the first N of the N'; the first
+        pass's under R-Drop)."""
         weights = batch.sample_weight[: batch.real] if batch.weighted else None
-        return self.compute_metrics(
-            batch.x, batch.y[: batch.real], y_pred[: batch.real], sample_weight=weights
-        )
+        with self._passes_scope(1):
+            return self.compute_metrics(
+                batch.x, batch.y[: batch.real], y_pred[: batch.real], sample_weight=weights
+            )
 
     def _real_positions_train_step(self, data):
         """Keras' `train_step`, on the real label positions where it can be."""

@@ -165,7 +165,7 @@ class MaskedSparseCategoricalCrossentropy(keras.losses.Loss):
             if self.reduction in (None, "none"):
                 return losses
             loss = ops.divide_no_nan(ops.sum(losses), ops.sum(weights))
-            return _scale_for_replicas(loss)
+            return scale_for_replicas(loss)
 
     def get_config(self) -> dict[str, Any]:
         return {
@@ -184,7 +184,7 @@ def _real_labels(y_true, pad_id: int | None):
     return ops.cast(ops.not_equal(y_true, pad_id), "float32")
 
 
-def _scale_for_replicas(loss):
+def scale_for_replicas(loss):
     """Divides by the replicas in sync, as Keras' built-in losses do under `tf.distribute`."""
     replicas = tf.distribute.get_strategy().num_replicas_in_sync
     return loss / float(replicas) if replicas > 1 else loss

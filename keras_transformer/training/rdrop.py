@@ -1,0 +1,78 @@
+"""R-Drop (Liang et al. 2021, "R-Drop: Regularized Dropout for Neural Networks"): every
+training batch goes through the model twice, each pass with its own dropout masks, and the
+loss adds the symmetric KL divergence between the two passes' predictions.
+
+With `alpha` the weight, the loss of a step is
+
+    mean over both passes' 2N predictions of the task loss
+    + alpha / 2 * mean over the N labels of (KL(p || q) + KL(q || p)) / 2,
+
+p and q the two passes' softmax distributions at a label. That is fairseq's criterion
+(`label_smoothed_cross_entropy` with `rdrop_alpha`: both passes' token losses summed, the
+KL term added at `alpha`, all divided by the N tokens of one pass) halved, so `alpha`
+means what it means there and in the paper (5 for IWSLT'14 German->English). Validation
+computes the task loss alone, on one pass.
+
+The training models (`training.distributed.DistributedTrainingMixin`) apply it when
+compiled with `rdrop_alpha > 0`: `twice` doubles the batch along its first axis (the second
+copy's dropout masks differ from the first's), `consistency_loss` reads the first and
+second halves of the predictions, and the metrics see the first pass only (`first_pass`).
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from keras_transformer import compat
+
+
+def twice(data):
+    """The batch `(x, y[, sample_weight])` concatenated with itself along its first axis:
+    every tensor (B, ...) -> (2B, ...), the first pass's rows then the second's."""
+    return tf.nest.map_structure(lambda t: None if t is None else tf.concat([t, t], axis=0), data)
+
+
+def first_pass(*tensors):
+    """The first half (along the first axis) of each tensor (None stays None)."""
+    return tuple(None if t is None else t[: tf.shape(t)[0] // 2] for t in tensors)
+
+
+def consistency_loss(y, y_pred, sample_weight=None, pad_id: int | None = None):
+    """The mean symmetric KL divergence between the two passes' predictions.
+
+    Args:
+        y: the labels of both passes (2M, ...) (the second half repeats the first).
+        y_pred: logits (2M, ..., V): rows [:M] the first pass's, [M:] the second's.
+        sample_weight: None, or weights (2M,) or (2M, ...) of the labels.
+        pad_id: labels equal to it do not count (None: every label counts).
+
+    Returns:
+        float32 scalar: `(KL(p || q) + KL(q || p)) / 2` averaged over the first pass's
+        counted labels (weighted by `sample_weight`), 0 when none counts.
+    """
+    (labels, weights) = first_pass(y, sample_weight)
+    half = tf.shape(y_pred)[0] // 2
+    kernel = _symmetric_kl if compat.in_xla_context() else _compiled_symmetric_kl
+    kl = kernel(y_pred[:half], y_pred[half : 2 * half])  # (M, ...)
+    counted = tf.ones_like(kl)
+    if pad_id is not None:
+        counted = tf.cast(tf.not_equal(labels, pad_id), tf.float32)
+    if weights is not None:
+        weights = tf.cast(weights, tf.float32)
+        while weights.shape.rank < counted.shape.rank:
+            weights = weights[..., None]  # (M,) -> (M, 1)
+        counted = counted * weights
+    return tf.math.divide_no_nan(tf.reduce_sum(kl * counted), tf.reduce_sum(counted))
+
+
+def _symmetric_kl(logits_p, logits_q):
+    """(..., V) logits twice -> (...) float32 `(KL(p || q) + KL(q || p)) / 2`
+    = `sum_v (p_v - q_v) (log p_v - log q_v) / 2`."""
+    log_p = tf.nn.log_softmax(tf.cast(logits_p, tf.float32), axis=-1)
+    log_q = tf.nn.log_softmax(tf.cast(logits_q, tf.float32), axis=-1)
+    return 0.5 * tf.reduce_sum((tf.exp(log_p) - tf.exp(log_q)) * (log_p - log_q), axis=-1)
+
+
+# Compiled once per shape, like the loss kernel (the training steps pad their rows of logits
+# to a multiple of `losses.LOGIT_ROWS_MULTIPLE`, each pass's alike).
+_compiled_symmetric_kl = tf.function(_symmetric_kl, jit_compile=True)

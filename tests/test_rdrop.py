@@ -1,0 +1,153 @@
+"""R-Drop (`keras_transformer.training.rdrop`, `training.rdrop_alpha`): each batch trained
+twice, the two passes' predictions pulled together by a symmetric KL term."""
+
+import keras
+import numpy as np
+import pytest
+from test_real_positions import RowsAndWeights, batch, tiny
+
+from keras_transformer.config import TrainingConfig
+from keras_transformer.config.sections import validate_training
+from keras_transformer.models.transformer import Transformer
+from keras_transformer.training import compile_model
+from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy
+from keras_transformer.training.metrics import MaskedSparseCategoricalAccuracy
+from keras_transformer.training.models import TrainingDecoderModel, TrainingTransformer
+from keras_transformer.training.rdrop import consistency_loss, twice
+
+
+def log_softmax(z):
+    z = z - z.max(-1, keepdims=True)
+    return z - np.log(np.exp(z).sum(-1, keepdims=True))
+
+
+def symmetric_kl(a, b):
+    log_p, log_q = log_softmax(a), log_softmax(b)
+    return 0.5 * ((np.exp(log_p) - np.exp(log_q)) * (log_p - log_q)).sum(-1)
+
+
+def test_consistency_loss_is_the_mean_symmetric_kl_over_counted_labels():
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(6, 5, 11)).astype("float32") * 3  # 2 passes of (3, 5)
+    labels = rng.integers(1, 11, (3, 5)).astype("int32")
+    labels[0, 3:] = 0
+    labels[2, 1:] = 0
+    weights = np.array([1.0, 2.0, 0.5], "float32")
+    kl = symmetric_kl(logits[:3], logits[3:])  # (3, 5)
+    counted = (labels != 0) * weights[:, None]
+    expected = (kl * counted).sum() / counted.sum()
+    got = consistency_loss(
+        np.concatenate([labels, labels]), logits, np.concatenate([weights, weights]), pad_id=0
+    )
+    np.testing.assert_allclose(float(got), expected, rtol=1e-5)
+    # Without a pad id or weights every label counts; identical passes give 0.
+    got = consistency_loss(np.concatenate([labels, labels]), logits)
+    np.testing.assert_allclose(float(got), kl.mean(), rtol=1e-5)
+    same = np.concatenate([logits[:3], logits[:3]])
+    assert float(consistency_loss(np.concatenate([labels, labels]), same)) == pytest.approx(0.0)
+
+
+def step(model, x, labels, loss, metrics, jit_compile, rdrop_alpha, initial):
+    model(x)
+    model.set_weights(initial)
+    # SGD: its update is the gradient (see test_real_positions).
+    model.compile(
+        optimizer=keras.optimizers.SGD(0.5),
+        loss=loss,
+        metrics=metrics,
+        jit_compile=jit_compile,
+        rdrop_alpha=rdrop_alpha,
+    )
+    logs = model.train_on_batch(x, labels, return_dict=True)
+    return logs, model.get_weights()
+
+
+@pytest.mark.parametrize(
+    "cls, jit_compile, masked",
+    [
+        (TrainingTransformer, False, True),  # the real positions' step
+        (TrainingDecoderModel, False, True),
+        (TrainingTransformer, True, True),  # Keras' step, XLA-compiled, every position
+        (TrainingTransformer, False, False),  # Keras' step for another loss
+    ],
+)
+def test_without_dropout_the_step_is_the_plain_one(cls, jit_compile, masked):
+    """Without dropout both passes predict the same: the KL term is 0, the loss over the
+    doubled batch is the loss of one, and the update, the loss and the metrics (one pass's
+    rows) equal a step without R-Drop, on every training path."""
+    x, labels = batch(cls, seed=3)
+    keras.utils.set_random_seed(4)
+    initial = tiny(cls)
+    initial(x)
+    outcomes = []
+    for alpha in (0.0, 5.0):
+        model = tiny(cls)
+        rows = RowsAndWeights()
+        accuracy = MaskedSparseCategoricalAccuracy(pad_id=0)
+        loss = (
+            MaskedSparseCategoricalCrossentropy(pad_id=0)
+            if masked
+            else keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        )
+        logs, weights = step(
+            model, x, labels, loss, [accuracy, rows], jit_compile, alpha, initial.get_weights()
+        )
+        assert model.rdrop_alpha == alpha
+        outcomes.append((logs, weights, float(rows.result()[0]), float(accuracy.count)))
+    (plain, plain_weights, plain_rows, plain_count), (rdrop, rdrop_weights, rows, count) = outcomes
+    np.testing.assert_allclose(rdrop["loss"], plain["loss"], rtol=1e-5)
+    np.testing.assert_allclose(rdrop["accuracy"], plain["accuracy"], rtol=1e-6)
+    assert (rows, count) == (plain_rows, plain_count)  # one pass's predictions
+    for after, expected in zip(rdrop_weights, plain_weights):
+        np.testing.assert_allclose(after, expected, rtol=1e-4, atol=1e-6)
+
+
+def test_the_passes_are_the_halves_of_the_rows_and_differ_under_dropout():
+    """On the real positions, the second pass's rows repeat the first pass's positions in
+    the second copy of the batch; with dropout the two passes' predictions differ."""
+    keras.utils.set_random_seed(2)
+    model = tiny(TrainingTransformer, dropout=0.3)
+    x, labels = batch(Transformer, seed=5)
+    model(x)
+    compile_model(model, warmup_steps=10, jit_compile=False, rdrop_alpha=1.0)
+    doubled = twice((x, labels))
+    with model._passes_scope(2):
+        real = model._real_positions_batch(doubled)
+    positions = keras.ops.convert_to_numpy(real.arguments["logit_positions"])
+    first, second = np.split(positions, 2)
+    np.testing.assert_array_equal(second, first + labels.size)
+    expected = np.flatnonzero(labels.reshape(-1) != 0)
+    np.testing.assert_array_equal(first[: len(expected)], expected)
+    logits = model(real.x, training=True, **real.arguments)  # (2N', V)
+    kl = float(consistency_loss(real.y, logits, real.sample_weight, pad_id=0))
+    assert kl > 1e-4
+    logits = model(real.x, training=False, **real.arguments)
+    assert float(consistency_loss(real.y, logits, real.sample_weight, pad_id=0)) < 1e-6
+
+
+def test_rdrop_trains_and_logs_a_loss_above_the_cross_entropy():
+    """With dropout the training loss includes the KL term; validation's does not."""
+    keras.utils.set_random_seed(7)
+    x, labels = batch(Transformer, seed=9)
+    losses = {}
+    for alpha in (0.0, 50.0):
+        keras.utils.set_random_seed(7)
+        model = tiny(TrainingTransformer, dropout=0.3)
+        model(x)
+        compile_model(model, warmup_steps=10, jit_compile=False, rdrop_alpha=alpha)
+        trained = model.train_on_batch(x, labels, return_dict=True)
+        evaluated = model.test_on_batch(x, labels, return_dict=True)
+        losses[alpha] = (trained["loss"], evaluated["loss"])
+    assert np.all(np.isfinite(list(losses.values())))
+    # The same initial weights and dropout seed: the KL term (weighted 25) adds to the loss.
+    assert losses[50.0][0] > losses[0.0][0] + 0.01
+
+
+def test_invalid_rdrop_alpha_is_refused():
+    with pytest.raises(ValueError, match="training.rdrop_alpha"):
+        validate_training(TrainingConfig(rdrop_alpha=-1.0))
+    with pytest.raises(ValueError, match="rdrop_alpha"):
+        compile_model(tiny(Transformer), rdrop_alpha=5.0)  # a plain model: no R-Drop step
+    model = tiny(TrainingTransformer)
+    with pytest.raises(ValueError, match="rdrop_alpha"):
+        model.compile(optimizer="sgd", loss="mse", rdrop_alpha=-0.5)
