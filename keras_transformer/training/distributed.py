@@ -35,6 +35,9 @@ real target positions only (the projection onto the vocabulary and the loss over
 of its layers on the real positions only (`keras_transformer.packing`). Without a strategy
 it builds the optimizer's and metrics' state before `fit`'s first step, as Keras does under
 one: built in that step's first trace instead, they make TensorFlow trace it twice.
+
+Compiled with `rdrop_alpha > 0`, its training steps (each of the paths above) run each batch
+twice, the loss adding R-Drop's consistency term (`keras_transformer.training.rdrop`).
 """
 
 from __future__ import annotations
@@ -81,7 +84,7 @@ class DistributedTrainingMixin:
     _passes = 1  # 2 while a training step runs on a batch doubled for R-Drop
 
     def compile(self, *args, jit_compile="auto", rdrop_alpha: float = 0.0, **kwargs):
-        """Keras' `compile`, and `rdrop_alpha`: R-Drop's weight (`training.rdrop`; 0: off)."""
+        """Keras' `compile`, and `rdrop_alpha`: R-Drop's weight (`training.rdrop`; 0: off).."""
         self._rdrop_alpha = check_non_negative_float("rdrop_alpha", rdrop_alpha)
         strategy = (
             tf.distribute.get_strategy()
