@@ -183,9 +183,10 @@ class TrainingConfig:
         clipnorm: clip each gradient's norm (None: no clipping).
         global_clipnorm: clip the global gradient norm (None: no clipping).
         rdrop_alpha: R-Drop (`keras_transformer.training.rdrop`): each batch is trained
-            twice, with different dropout masks, and the loss adds this weight times the
-            symmetric KL divergence of the two passes' predictions (0: off; 5 in the
-            paper for IWSLT'14 de-en). A step costs about twice as much.
+            twice, with different dropout masks, and the loss adds half this weight times
+            the mean symmetric KL divergence of the two passes' predictions (fairseq's
+            weighting; 0: off; 5 in the paper for IWSLT'14 de-en). A step costs about twice
+            as much.
         strategy: `"default"`, `"mirrored"` or `"multi_worker"` (TF_CONFIG).
         devices: the devices of `"mirrored"` (None: all local GPUs).
         jit_compile: `"auto"` (XLA on a single GPU only), `true` or `false`.
