@@ -84,7 +84,8 @@ class DistributedTrainingMixin:
     _passes = 1  # 2 while a training step runs on a batch doubled for R-Drop
 
     def compile(self, *args, jit_compile="auto", rdrop_alpha: float = 0.0, **kwargs):
-        """Keras' `compile`, and `rdrop_alpha`: R-Drop's weight (`training.rdrop`; 0: off).."""
+        """Keras' `compile`, and `rdrop_alpha`: R-Drop's weight (0: off; see
+        `keras_transformer.training.rdrop`)."""
         self._rdrop_alpha = check_non_negative_float("rdrop_alpha", rdrop_alpha)
         strategy = (
             tf.distribute.get_strategy()
