@@ -152,6 +152,29 @@ _ARCHITECTURE_RULES: dict[str, Callable[[str, Any], Any]] = {
 }
 
 
+def check_rdrop(alpha: Any, start_epoch: Any = 0, prefix: str = "") -> tuple[float, int]:
+    """Checks R-Drop's options (`keras_transformer.training.rdrop`): `alpha` >= 0, and
+    `start_epoch` a non-negative integer that is 0 unless `alpha` > 0.
+
+    Args:
+        alpha: R-Drop's weight (0: off).
+        start_epoch: the first epoch (counted from 0, as `fit` does) trained with R-Drop.
+        prefix: put before each name in errors (`"training."` for the experiment config).
+
+    Returns:
+        `(alpha, start_epoch)`, alpha as a float.
+    """
+    alpha = check_non_negative_float(prefix + "rdrop_alpha", alpha)
+    start_epoch = check_non_negative_int(prefix + "rdrop_start_epoch", start_epoch)
+    if start_epoch and not alpha:
+        raise ValueError(
+            f"Received `{prefix}rdrop_start_epoch` without R-Drop, expected "
+            f"{prefix}rdrop_alpha > 0 or {prefix}rdrop_start_epoch=0. Received: "
+            f"{prefix}rdrop_alpha={alpha}, {prefix}rdrop_start_epoch={start_epoch}"
+        )
+    return alpha, start_epoch
+
+
 def check_architecture(prefix: str = "", **values: Any) -> dict[str, Any]:
     """Checks the architecture arguments given (any subset); returns them, normalized.
 

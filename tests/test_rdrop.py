@@ -4,14 +4,19 @@ twice, the two passes' predictions pulled together by a symmetric KL term."""
 import keras
 import numpy as np
 import pytest
-from test_real_positions import RowsAndWeights, batch, tiny
+import tensorflow as tf
+from test_real_positions import RowsAndWeights, RowsOfTheLoss, batch, tiny
 from test_training_fit import dataset, tiny_config
 
-from keras_transformer.config import TrainingConfig
+from keras_transformer.config import ExperimentConfig, TrainingConfig
 from keras_transformer.config.sections import validate_training
 from keras_transformer.models.transformer import Transformer
+from keras_transformer.runner.train import _optimizer_options
 from keras_transformer.training import compile_model
-from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy
+from keras_transformer.training.losses import (
+    LOGIT_ROWS_MULTIPLE,
+    MaskedSparseCategoricalCrossentropy,
+)
 from keras_transformer.training.metrics import MaskedSparseCategoricalAccuracy
 from keras_transformer.training.models import (
     TrainingDecoderModel,
@@ -156,6 +161,78 @@ def test_invalid_rdrop_alpha_is_refused():
     model = tiny(TrainingTransformer)
     with pytest.raises(ValueError, match="rdrop_alpha"):
         model.compile(optimizer="sgd", loss="mse", rdrop_alpha=-0.5)
+    # A start epoch: a non-negative integer, and only with R-Drop on.
+    with pytest.raises(ValueError, match="training.rdrop_start_epoch.*without R-Drop"):
+        validate_training(TrainingConfig(rdrop_start_epoch=3))
+    with pytest.raises(ValueError, match="training.rdrop_start_epoch"):
+        validate_training(TrainingConfig(rdrop_alpha=5.0, rdrop_start_epoch=-1))
+    with pytest.raises(ValueError, match="rdrop_start_epoch"):
+        model.compile(optimizer="sgd", loss="mse", rdrop_alpha=1.0, rdrop_start_epoch=1.5)
+    with pytest.raises(ValueError, match="rdrop_start_epoch"):
+        compile_model(tiny(Transformer), rdrop_start_epoch=2)
+
+
+class RowsPerStep(keras.callbacks.Callback):
+    """Records, per epoch, the rows of logits the loss got in each step."""
+
+    def on_train_begin(self, logs=None):
+        self.epochs = {}
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.epochs.setdefault(self.epoch, []).append(int(RowsOfTheLoss.rows.numpy()))
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+
+def test_rdrop_start_epoch_trains_the_first_epochs_plain():
+    """Compiled with `rdrop_start_epoch`, `fit`'s epochs before it run plain steps (the
+    loss sees one pass's rows of logits) and the later ones doubled steps (two passes'); a
+    run resumed past it (`initial_epoch`) doubles from its first step; after `fit` the
+    model applies R-Drop again, as compiled."""
+    x, labels = batch(Transformer, seed=11)
+    one_pass = int(np.ceil((labels != 0).sum() / LOGIT_ROWS_MULTIPLE)) * LOGIT_ROWS_MULTIPLE
+    data = tf.data.Dataset.from_tensors((x, labels)).repeat()
+    model = tiny(TrainingTransformer, dropout=0.1)
+    model(x)
+    model.compile(
+        optimizer="sgd",
+        loss=RowsOfTheLoss(pad_id=0),
+        jit_compile=False,
+        rdrop_alpha=1.0,
+        rdrop_start_epoch=2,
+    )
+    assert model.rdrop_start_epoch == 2
+    rows = RowsPerStep()
+    model.fit(data, epochs=4, steps_per_epoch=3, callbacks=[rows], verbose=0)
+    assert rows.epochs == {
+        0: [one_pass] * 3,
+        1: [one_pass] * 3,
+        2: [2 * one_pass] * 3,
+        3: [2 * one_pass] * 3,
+    }
+    assert model.rdrop_on
+    model.fit(data, initial_epoch=3, epochs=4, steps_per_epoch=2, callbacks=[rows], verbose=0)
+    assert rows.epochs == {3: [2 * one_pass] * 2}
+    model.fit(data, epochs=1, steps_per_epoch=2, callbacks=[rows], verbose=0)
+    assert rows.epochs == {0: [one_pass] * 2}
+    # A `CallbackList`, and no callbacks at all, are extended alike.
+    model.fit(data, epochs=1, steps_per_epoch=1, callbacks=keras.callbacks.CallbackList([]))
+    assert int(RowsOfTheLoss.rows.numpy()) == one_pass
+    model.fit(data, epochs=3, steps_per_epoch=1, verbose=0)
+    assert int(RowsOfTheLoss.rows.numpy()) == 2 * one_pass
+    assert model.train_on_batch(x, labels) is not None
+    assert int(RowsOfTheLoss.rows.numpy()) == 2 * one_pass  # R-Drop on outside `fit`
+
+
+def test_the_runner_compiles_rdrop_start_epoch():
+    """`training.rdrop_start_epoch` reaches the model, as `training.rdrop_alpha` does."""
+    options = _optimizer_options(
+        ExperimentConfig(training=TrainingConfig(rdrop_alpha=5.0, rdrop_start_epoch=6))
+    )
+    model = tiny(TrainingTransformer)
+    compile_model(model, **options)
+    assert (model.rdrop_alpha, model.rdrop_start_epoch) == (5.0, 6)
 
 
 @pytest.mark.slow

@@ -19,7 +19,6 @@ from keras_transformer.model_config import ArchitectureConfig, TransformerConfig
 from keras_transformer.validation import (
     check_architecture,
     check_holdout,
-    check_non_negative_float,
     check_non_negative_int,
     check_one_of,
     check_optional,
@@ -27,6 +26,7 @@ from keras_transformer.validation import (
     check_positive_int,
     check_probability,
     check_rate,
+    check_rdrop,
 )
 
 # `model` options that change how a model trains, not what it computes.
@@ -187,6 +187,8 @@ class TrainingConfig:
             the mean symmetric KL divergence of the two passes' predictions (fairseq's
             weighting; 0: off; 5 in the paper for IWSLT'14 de-en). A step costs about twice
             as much.
+        rdrop_start_epoch: the first epoch (counted from 0) trained with R-Drop; the
+            epochs before it train without, at half the cost of a step (0: every epoch).
         strategy: `"default"`, `"mirrored"` or `"multi_worker"` (TF_CONFIG).
         devices: the devices of `"mirrored"` (None: all local GPUs).
         jit_compile: `"auto"` (XLA on a single GPU only), `true` or `false`.
@@ -219,6 +221,7 @@ class TrainingConfig:
     clipnorm: float | None = None
     global_clipnorm: float | None = None
     rdrop_alpha: float = 0.0
+    rdrop_start_epoch: int = 0
     strategy: str = "default"
     devices: list[str] | None = None
     jit_compile: bool | str = "auto"
@@ -287,7 +290,7 @@ def validate_training(t: TrainingConfig) -> None:
         check_rate(f"training.{key}", getattr(t, key))
     for key in ("clipnorm", "global_clipnorm"):
         check_optional(check_positive_float, f"training.{key}", getattr(t, key))
-    check_non_negative_float("training.rdrop_alpha", t.rdrop_alpha)
+    check_rdrop(t.rdrop_alpha, t.rdrop_start_epoch, prefix="training.")
     if t.clipnorm is not None and t.global_clipnorm is not None:
         raise ValueError(
             "Expected at most one of `training.clipnorm` and `training.global_clipnorm`. "

@@ -30,6 +30,7 @@ def compile_model(
     clipnorm: float | None = None,
     global_clipnorm: float | None = None,
     rdrop_alpha: float = 0.0,
+    rdrop_start_epoch: int = 0,
     jit_compile: bool | str = "auto",
     steps_per_execution: int = 1,
     strategy: tf.distribute.Strategy | None = None,
@@ -62,6 +63,8 @@ def compile_model(
         rdrop_alpha: R-Drop's weight (`training.rdrop`: each batch trained twice, the two
             passes' predictions pulled together); 0: off. Needs a training model
             (`training.models`).
+        rdrop_start_epoch: the first epoch of `fit` (counted from 0) with R-Drop; the
+            epochs before it train without.
         jit_compile: `True`, `False` or `"auto"` (see `resolve_jit_compile`).
         steps_per_execution: steps per compiled call.
         strategy: the strategy (for `"auto"`); the current one if None.
@@ -93,11 +96,13 @@ def compile_model(
     options = {}
     if isinstance(model, DistributedTrainingMixin):
         options["rdrop_alpha"] = rdrop_alpha
-    elif rdrop_alpha:
+        options["rdrop_start_epoch"] = rdrop_start_epoch
+    elif rdrop_alpha or rdrop_start_epoch:
         raise ValueError(
             "Received `rdrop_alpha` for a model without R-Drop's training step, expected a "
             "training model (`keras_transformer.training.models`) or rdrop_alpha=0. "
-            f"Received: rdrop_alpha={rdrop_alpha}, model={type(model).__name__}"
+            f"Received: rdrop_alpha={rdrop_alpha}, rdrop_start_epoch={rdrop_start_epoch}, "
+            f"model={type(model).__name__}"
         )
     model.compile(
         optimizer=optimizer,

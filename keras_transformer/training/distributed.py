@@ -37,7 +37,8 @@ it builds the optimizer's and metrics' state before `fit`'s first step, as Keras
 one: built in that step's first trace instead, they make TensorFlow trace it twice.
 
 Compiled with `rdrop_alpha > 0`, its training steps (each of the paths above) run each batch
-twice, the loss adding R-Drop's consistency term (`keras_transformer.training.rdrop`).
+twice, the loss adding R-Drop's consistency term (`keras_transformer.training.rdrop`); with
+`rdrop_start_epoch`, `fit` trains its first epochs without it (`rdrop.RDropStart`).
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ from keras_transformer.training.losses import (
     MaskedSparseCategoricalCrossentropy,
     scale_for_replicas,
 )
-from keras_transformer.validation import check_non_negative_float
+from keras_transformer.validation import check_rdrop
 
 
 def is_distributed(strategy: tf.distribute.Strategy | None) -> bool:
@@ -81,12 +82,23 @@ class DistributedTrainingMixin:
 
     _per_replica_jit_compile = False
     _rdrop_alpha = 0.0
+    _rdrop_start_epoch = 0
+    _rdrop_on = True  # False in the epochs of `fit` before `rdrop_start_epoch`
     _passes = 1  # 2 while a training step runs on a batch doubled for R-Drop
 
-    def compile(self, *args, jit_compile="auto", rdrop_alpha: float = 0.0, **kwargs):
-        """Keras' `compile`, and `rdrop_alpha`: R-Drop's weight (0: off; see
-        `keras_transformer.training.rdrop`)."""
-        self._rdrop_alpha = check_non_negative_float("rdrop_alpha", rdrop_alpha)
+    def compile(
+        self,
+        *args,
+        jit_compile="auto",
+        rdrop_alpha: float = 0.0,
+        rdrop_start_epoch: int = 0,
+        **kwargs,
+    ):
+        """Keras' `compile`, and R-Drop (`keras_transformer.training.rdrop`):
+        `rdrop_alpha` its weight (0: off), `rdrop_start_epoch` the first epoch of `fit`
+        (counted from 0) that applies it (0: every epoch)."""
+        self._rdrop_alpha, self._rdrop_start_epoch = check_rdrop(rdrop_alpha, rdrop_start_epoch)
+        self._rdrop_on = True
         strategy = (
             tf.distribute.get_strategy()
             if tf.distribute.has_strategy()
@@ -160,8 +172,45 @@ class DistributedTrainingMixin:
         """R-Drop's weight (`training.rdrop`), 0 when off."""
         return self._rdrop_alpha
 
+    @property
+    def rdrop_start_epoch(self) -> int:
+        """The first epoch of `fit` (counted from 0) that applies R-Drop."""
+        return self._rdrop_start_epoch
+
+    @property
+    def rdrop_on(self) -> bool:
+        """Whether a training step now applies R-Drop (`rdrop_alpha > 0`, and in `fit`
+        from `rdrop_start_epoch` on)."""
+        return bool(self._rdrop_alpha) and self._rdrop_on
+
+    def set_rdrop_on(self, on: bool) -> None:
+        """Turns R-Drop's doubled batch on or off for the next training steps (a new train
+        function, traced at its first call, when that changes what a step does). It is
+        `rdrop.RDropStart`'s switch; `compile` turns it on."""
+        if bool(on) != self._rdrop_on:
+            self._rdrop_on = bool(on)
+            if self.train_function is not None:
+                self.make_train_function(force=True)
+
+    def fit(self, *args, **kwargs):
+        """Keras' `fit`; compiled with `rdrop_start_epoch`, its epochs before that one train
+        without R-Drop (`rdrop.RDropStart`, appended to the callbacks)."""
+        if self.rdrop_alpha and self._rdrop_start_epoch:
+            bound = inspect.signature(super().fit).bind(*args, **kwargs)
+            callbacks = bound.arguments.get("callbacks") or []
+            start = rdrop.RDropStart(self._rdrop_start_epoch)
+            if isinstance(callbacks, keras.callbacks.CallbackList):  # used as given by fit
+                start.set_model(self)
+                others = [c for c in callbacks.callbacks if not isinstance(c, rdrop.RDropStart)]
+                callbacks.callbacks = [*others, start]
+            else:
+                callbacks = [*callbacks, start]
+            bound.arguments["callbacks"] = callbacks
+            return super().fit(*bound.args, **bound.kwargs)
+        return super().fit(*args, **kwargs)
+
     def train_step(self, data):
-        passes = 2 if self._rdrop_alpha else 1
+        passes = 2 if self.rdrop_on else 1
         with self._passes_scope(passes):
             if passes == 2:
                 data = rdrop.twice(data)

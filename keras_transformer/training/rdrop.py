@@ -17,10 +17,14 @@ The training models (`training.distributed.DistributedTrainingMixin`) apply it w
 compiled with `rdrop_alpha > 0`: `twice` doubles the batch along its first axis (the second
 copy's dropout masks differ from the first's), `consistency_loss` reads the first and
 second halves of the predictions, and the metrics see the first pass only (`first_pass`).
+Compiled with `rdrop_start_epoch` too, `fit` trains its first epochs without it
+(`RDropStart`): while the model still underfits, a plain step learns as much from a batch
+at half the cost.
 """
 
 from __future__ import annotations
 
+import keras
 import tensorflow as tf
 
 from keras_transformer import compat
@@ -76,3 +80,32 @@ def _symmetric_kl(logits_p, logits_q):
 # Compiled once per shape, like the loss kernel (the training steps pad their rows of logits
 # to a multiple of `losses.LOGIT_ROWS_MULTIPLE`, each pass's alike).
 _compiled_symmetric_kl = tf.function(_symmetric_kl, jit_compile=True)
+
+
+class RDropStart(keras.callbacks.Callback):
+    """Applies R-Drop from epoch `start_epoch` of `fit` on (counted from 0, as `fit` and
+    `initial_epoch` count), plain steps before it; after `fit` the model applies it again,
+    as compiled. The training models' `fit` appends it when compiled with
+    `rdrop_start_epoch > 0`; a resumed run (`initial_epoch`) is in the right mode from its
+    first step.
+
+    Args:
+        start_epoch: the first epoch with R-Drop.
+
+    Example:
+
+    ```python
+    model.compile(optimizer="adam", loss=loss, rdrop_alpha=5.0, rdrop_start_epoch=6)
+    model.fit(batches, epochs=30)  # epochs 0-5 plain, 6-29 with R-Drop
+    ```
+    """
+
+    def __init__(self, start_epoch: int):
+        super().__init__()
+        self.start_epoch = start_epoch
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.model.set_rdrop_on(epoch >= self.start_epoch)
+
+    def on_train_end(self, logs=None):
+        self.model.set_rdrop_on(True)
