@@ -18,8 +18,8 @@ compiled with `rdrop_alpha > 0`: `twice` doubles the batch along its first axis 
 copy's dropout masks differ from the first's), `consistency_loss` reads the first and
 second halves of the predictions, and the metrics see the first pass only (`first_pass`).
 Compiled with `rdrop_start_epoch` too, `fit` trains its first epochs without it
-(`RDropStart`): while the model still underfits, a plain step learns as much from a batch
-at half the cost.
+(`RDropStart`), each of their steps at half the cost: in the recipe's first R-Drop run its
+validation BLEU matched the plain recipe's epoch for epoch over the first eight epochs.
 """
 
 from __future__ import annotations
