@@ -99,8 +99,9 @@ def compile_model(
         options["rdrop_start_epoch"] = rdrop_start_epoch
     elif rdrop_alpha or rdrop_start_epoch:
         raise ValueError(
-            "Received `rdrop_alpha` for a model without R-Drop's training step, expected a "
-            "training model (`keras_transformer.training.models`) or rdrop_alpha=0. "
+            "Received R-Drop options for a model without R-Drop's training step, expected a "
+            "training model (`keras_transformer.training.models`) or rdrop_alpha=0 and "
+            "rdrop_start_epoch=0. "
             f"Received: rdrop_alpha={rdrop_alpha}, rdrop_start_epoch={rdrop_start_epoch}, "
             f"model={type(model).__name__}"
         )
