@@ -10,7 +10,6 @@ second of training, and the machine. Tuning happens on the validation split only
 set is scored here for the table.
 
     python benchmarks/recipe.py --run-dir runs/de-en [--set key=value ...] [--skip-train]
-        [--beam-size K] [--length-penalty ALPHA]
 """
 
 from __future__ import annotations
@@ -66,9 +65,6 @@ def main() -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     parser.add_argument("--skip-train", action="store_true", help="score the run as it is")
     parser.add_argument("--beam-size", type=int, default=None, help="default: the decoder's")
-    parser.add_argument(
-        "--length-penalty", type=float, default=None, help="GNMT alpha; default: the decoder's"
-    )
     parser.add_argument("--multi30k-dir", default=DEFAULT_MULTI30K_DIR)
     args = parser.parse_args()
     multi30k = os.path.abspath(args.multi30k_dir)
@@ -99,8 +95,6 @@ def main() -> None:
     results = {}
     for method, beam in (("greedy", 1), ("beam", args.beam_size)):
         kwargs = {"beam_size": beam} if beam else {}
-        if args.length_penalty is not None:
-            kwargs["length_penalty"] = args.length_penalty
         translator = Translator.from_run_dir(args.run_dir, batch_size=128, **kwargs)
         for name, (source_file, reference_file) in SETS.items():
             sources, references = read(multi30k, source_file), read(multi30k, reference_file)
@@ -117,7 +111,6 @@ def main() -> None:
                 "epochs": epochs,
                 "steps": steps,
                 "tokens_per_second": tokens_per_second,
-                "length_penalty": translator.length_penalty,
                 **results,
             },
             indent=1,
