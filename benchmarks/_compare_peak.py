@@ -13,6 +13,8 @@ import numpy as np
 
 SIZES = (1024, 2048, 4096)
 DTYPES = ("float32", "bfloat16")
+PROBE_SIZE = 2048
+PROBE_SECONDS = 5.0
 
 
 def _matmul(framework: str, size: int, dtype: str) -> Callable[[], None]:
@@ -53,3 +55,14 @@ def measure(
         dtype: {size: _sustained(_matmul(framework, size, dtype), size, seconds) for size in SIZES}
         for dtype in dtypes
     }
+
+
+def speed_probe(seconds: float = PROBE_SECONDS) -> float:
+    """TensorFlow's float32 GFLOP/s on PROBE_SIZE^2 matmuls run back to back for `seconds`.
+
+    `sweep.py` measures it before and after each variant's training: a host that runs slower
+    on some days (the same CPU type, nothing else running, no steal: one session's Intel Xeon
+    trained 1.45x slower than the session before) shows here, so runs of different sessions
+    can be told apart. A probe, not a peak: one size, no warm-up.
+    """
+    return _sustained(_matmul("tf", PROBE_SIZE, "float32"), PROBE_SIZE, seconds)

@@ -25,8 +25,10 @@ validation BLEU curve the run logged while training (`bleu.jsonl`: greedy, the r
 `bleu_max_sentences`), BLEU on the whole split, the beam outputs' length ratio, outputs that
 loop (a word 3-gram three times or more), the cores other processes kept busy, and the
 cores the hypervisor took (steal: on a shared host a run gets fewer steps for its minutes
-with nothing else running here), and the seconds the training process sat idle (stalls:
-stretches of 8 s or more under 0.3 cores, sampled every second from /proc).
+with nothing else running here), the seconds the training process sat idle (stalls:
+stretches of 8 s or more under 0.3 cores, sampled every second from /proc), and TensorFlow's
+float32 matmul GFLOP/s just before and just after the training (`_compare_peak.speed_probe`:
+a host that runs slower on some days, with no steal to show it, shows there).
 `--average-last N` (repeatable) adds a row `NAME+avgN` for each variant: the same run scored
 with the mean of its last N epochs' weights (checkpoint averaging; the recipe keeps 5), so
 the two rows compare averaging alone, at no training cost.
@@ -48,6 +50,7 @@ import time
 from collections import Counter
 
 import yaml
+from _compare_peak import speed_probe
 from _machine import (
     DEFAULT_MULTI30K_DIR,
     CpuSampler,
@@ -139,6 +142,7 @@ def train_variant(sweep: dict, name: str, run_dir: str, multi30k: str) -> dict:
     ]
     for override in variant_overrides(sweep, name):
         command += ["--set", override]
+    probe_before = speed_probe()  # before the clocks below start
     busy_before, steal_before = machine_cpu_seconds()[0], machine_steal_seconds()
     children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
@@ -165,6 +169,7 @@ def train_variant(sweep: dict, name: str, run_dir: str, multi30k: str) -> dict:
         "others_cores": others,
         "steal_cores": steal,
         "stalled_seconds": sum(seconds for _, seconds in stalls),
+        "matmul_gflops": [probe_before, speed_probe()],
     }
 
 
@@ -254,8 +259,8 @@ def table(rows: list[dict]) -> str:
     lines = [
         "| variant | overrides | steps (epochs) | minutes | val BLEU while training "
         "(minutes: BLEU) | val greedy | val beam | beam ratio | looping | others | steal "
-        "| stalled s |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| stalled s | fp32 GFLOP/s before, after |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
         overrides = ", ".join(f"{k}={v}" for k, v in r["overrides"].items()) or "(none)"
@@ -265,10 +270,11 @@ def table(rows: list[dict]) -> str:
         looping = r.get("val_beam_loops", r["val_greedy_loops"])
         steal = f"{r['steal_cores']:.2f}" if "steal_cores" in r else "-"  # older rows: none
         stalled = f"{r['stalled_seconds']:.0f}" if "stalled_seconds" in r else "-"
+        probe = ", ".join(f"{g:.0f}" for g in r["matmul_gflops"]) if "matmul_gflops" in r else "-"
         lines.append(
             f"| {r['variant']} | {overrides} | {r['steps']} ({r['epochs']}) "
             f"| {r['wall_minutes']:.1f} | {curve} | {r['val_greedy']:.2f} | {beam} | {ratio} "
-            f"| {looping} | {r['others_cores']:.2f} | {steal} | {stalled} |"
+            f"| {looping} | {r['others_cores']:.2f} | {steal} | {stalled} | {probe} |"
         )
     return "\n".join(lines)
 

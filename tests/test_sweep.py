@@ -106,13 +106,32 @@ def test_table_has_a_row_per_variant_with_and_without_beam():
     beam = {**base, "variant": "fine", "overrides": {"data.bucket_step": 2}}
     beam.update(val_beam=31.2, val_beam_ratio=0.987, val_beam_loops=1, steal_cores=0.291)
     beam["stalled_seconds"] = 37.6
+    beam["matmul_gflops"] = [281.4, 276.6]
     lines = sweep.table([base, beam]).splitlines()
     assert len(lines) == 4
-    assert lines[2] == (  # a row saved before steal and stalls were measured has neither
-        "| base | (none) | 420 (3) | 12.0 | 6: 20.1, 12: 28.5 | 29.87 | - | - | 2 | 0.04 | - | - |"
+    assert lines[0].count("|") == lines[1].count("|") == lines[2].count("|") == 14
+    assert lines[2] == (  # a row saved before steal, stalls and the probe has none of them
+        "| base | (none) | 420 (3) | 12.0 | 6: 20.1, 12: 28.5 | 29.87 | - | - | 2 | 0.04 | - | - "
+        "| - |"
     )
     assert lines[3].startswith("| fine | data.bucket_step=2 |")
-    assert lines[3].endswith("| 31.20 | 0.987 | 1 | 0.04 | 0.29 | 38 |")
+    assert lines[3].endswith("| 31.20 | 0.987 | 1 | 0.04 | 0.29 | 38 | 281, 277 |")
+
+
+def test_the_speed_probe_measures_the_matmuls_it_ran(monkeypatch):
+    """The probe's figure is its matmuls' FLOPs over the time they took."""
+    import _compare_peak
+
+    clock = iter(range(0, 100))  # perf_counter: one second a call
+    monkeypatch.setattr(_compare_peak.time, "perf_counter", lambda: float(next(clock)))
+    calls = []
+    monkeypatch.setattr(_compare_peak, "_matmul", lambda *a: lambda: calls.append(a))
+    gflops = _compare_peak.speed_probe(seconds=3.5)
+    # One untimed call, then calls until 3.5 s have passed: 3 of them over 4 clock seconds.
+    assert calls == [("tf", _compare_peak.PROBE_SIZE, "float32")] * 4
+    assert gflops == pytest.approx(2 * _compare_peak.PROBE_SIZE**3 * 3 / 4.0 / 1e9)
+    monkeypatch.undo()
+    assert 0 < _compare_peak.speed_probe(seconds=0.05) < 1e6  # real matmuls, measured
 
 
 def test_steal_is_counted_apart_from_busy_time(monkeypatch):
