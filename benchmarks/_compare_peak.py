@@ -15,6 +15,7 @@ SIZES = (1024, 2048, 4096)
 DTYPES = ("float32", "bfloat16")
 PROBE_SIZE = 2048
 PROBE_SECONDS = 5.0
+PROBE_WARMUP_S = 2.0
 
 
 def _matmul(framework: str, size: int, dtype: str) -> Callable[[], None]:
@@ -57,12 +58,15 @@ def measure(
     }
 
 
-def speed_probe(seconds: float = PROBE_SECONDS) -> float:
-    """TensorFlow's float32 GFLOP/s on PROBE_SIZE^2 matmuls run back to back for `seconds`.
+def speed_probe(seconds: float = PROBE_SECONDS, warmup_s: float = PROBE_WARMUP_S) -> float:
+    """TensorFlow's float32 GFLOP/s on PROBE_SIZE^2 matmuls run back to back for `seconds`,
+    after `warmup_s` of the same (a fresh process' first seconds of matmuls ran 5-10% slower).
 
     `sweep.py` measures it before and after each variant's training: a host that runs slower
     on some days (the same CPU type, nothing else running, no steal: one session's Intel Xeon
     trained 1.45x slower than the session before) shows here, so runs of different sessions
-    can be told apart. A probe, not a peak: one size, no warm-up.
+    can be told apart. A probe, not a peak: one size, a short warm-up.
     """
-    return _sustained(_matmul("tf", PROBE_SIZE, "float32"), PROBE_SIZE, seconds)
+    run = _matmul("tf", PROBE_SIZE, "float32")
+    _sustained(run, PROBE_SIZE, warmup_s)
+    return _sustained(run, PROBE_SIZE, seconds)

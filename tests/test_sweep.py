@@ -125,13 +125,16 @@ def test_the_speed_probe_measures_the_matmuls_it_ran(monkeypatch):
     clock = iter(range(0, 100))  # perf_counter: one second a call
     monkeypatch.setattr(_compare_peak.time, "perf_counter", lambda: float(next(clock)))
     calls = []
-    monkeypatch.setattr(_compare_peak, "_matmul", lambda *a: lambda: calls.append(a))
-    gflops = _compare_peak.speed_probe(seconds=3.5)
-    # One untimed call, then calls until 3.5 s have passed: 3 of them over 4 clock seconds.
-    assert calls == [("tf", _compare_peak.PROBE_SIZE, "float32")] * 4
+    monkeypatch.setattr(
+        _compare_peak, "_matmul", lambda *a: calls.append(a) or (lambda: calls.append("run"))
+    )
+    gflops = _compare_peak.speed_probe(seconds=3.5, warmup_s=0.0)
+    # One matmul, run once untimed and three times (at least) for the warm-up, then once
+    # untimed and until 3.5 s have passed: 3 runs over 4 clock seconds.
+    assert calls == [("tf", _compare_peak.PROBE_SIZE, "float32")] + ["run"] * 8
     assert gflops == pytest.approx(2 * _compare_peak.PROBE_SIZE**3 * 3 / 4.0 / 1e9)
     monkeypatch.undo()
-    assert 0 < _compare_peak.speed_probe(seconds=0.05) < 1e6  # real matmuls, measured
+    assert 0 < _compare_peak.speed_probe(seconds=0.05, warmup_s=0.05) < 1e6  # real matmuls
 
 
 def test_steal_is_counted_apart_from_busy_time(monkeypatch):
