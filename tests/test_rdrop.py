@@ -23,7 +23,7 @@ from keras_transformer.training.models import (
     TrainingTransformer,
     build_transformer,
 )
-from keras_transformer.training.rdrop import consistency_loss, twice
+from keras_transformer.training.rdrop import _symmetric_kl, consistency_loss, twice
 
 
 def log_softmax(z):
@@ -55,6 +55,41 @@ def test_consistency_loss_is_the_mean_symmetric_kl_over_counted_labels():
     np.testing.assert_allclose(float(got), kl.mean(), rtol=1e-5)
     same = np.concatenate([logits[:3], logits[:3]])
     assert float(consistency_loss(np.concatenate([labels, labels]), same)) == pytest.approx(0.0)
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_the_kl_kernels_gradient_is_autodiffs(compiled):
+    """The hand-written gradient (XLA-compiled alone, or the plain body that joins a compiled
+    step) equals autodiff's through log-softmax, for both passes' logits, in float32; in
+    bfloat16 it comes back in the logits' dtype, close to float32's."""
+    rng = np.random.default_rng(1)
+    logits = rng.normal(size=(6, 3, 50)).astype("float32") * 3  # 2 passes of (3, 3)
+    upstream = rng.uniform(0.5, 2.0, size=(3, 3)).astype("float32")
+
+    def reference(z):
+        log_p, log_q = tf.nn.log_softmax(z[:3]), tf.nn.log_softmax(z[3:])
+        return 0.5 * tf.reduce_sum((tf.exp(log_p) - tf.exp(log_q)) * (log_p - log_q), -1)
+
+    def value_and_gradient(function, z):
+        z = tf.constant(z)
+        with tf.GradientTape() as tape:
+            tape.watch(z)
+            kl = function(z)
+            total = tf.reduce_sum(tf.cast(kl, tf.float32) * upstream)
+        return kl.numpy(), tape.gradient(total, z)
+
+    expected_kl, expected = value_and_gradient(reference, logits)
+    kl, gradient = value_and_gradient(lambda z: _symmetric_kl(z, compiled=compiled), logits)
+    np.testing.assert_allclose(kl, symmetric_kl(logits[:3], logits[3:]), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(kl, expected_kl, rtol=1e-5, atol=1e-6)
+    assert np.abs(expected.numpy()).max() > 0.1  # both passes' rows get a gradient
+    np.testing.assert_allclose(gradient.numpy(), expected.numpy(), rtol=1e-4, atol=1e-6)
+    low = tf.cast(logits, tf.bfloat16).numpy()
+    kl, gradient = value_and_gradient(lambda z: _symmetric_kl(z, compiled=compiled), low)
+    assert kl.dtype == np.float32 and gradient.dtype == tf.bfloat16
+    np.testing.assert_allclose(
+        tf.cast(gradient, tf.float32).numpy(), expected.numpy(), rtol=0.05, atol=0.02
+    )
 
 
 def step(model, x, labels, loss, metrics, jit_compile, rdrop_alpha, initial):

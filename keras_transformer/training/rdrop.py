@@ -55,9 +55,8 @@ def consistency_loss(y, y_pred, sample_weight=None, pad_id: int | None = None):
         counted labels (weighted by `sample_weight`), 0 when none counts.
     """
     (labels, weights) = first_pass(y, sample_weight)
-    half = tf.shape(y_pred)[0] // 2
-    kernel = _symmetric_kl if compat.in_xla_context() else _compiled_symmetric_kl
-    kl = kernel(y_pred[:half], y_pred[half : 2 * half])  # (M, ...)
+    # Inside a step that XLA compiles, the kernel's plain body joins that computation.
+    kl = _symmetric_kl(y_pred, compiled=not compat.in_xla_context())  # (M, ...)
     counted = tf.ones_like(kl)
     if pad_id is not None:
         counted = tf.cast(tf.not_equal(labels, pad_id), tf.float32)
@@ -69,17 +68,57 @@ def consistency_loss(y, y_pred, sample_weight=None, pad_id: int | None = None):
     return tf.math.divide_no_nan(tf.reduce_sum(kl * counted), tf.reduce_sum(counted))
 
 
-def _symmetric_kl(logits_p, logits_q):
-    """(..., V) logits twice -> (...) float32 `(KL(p || q) + KL(q || p)) / 2`
-    = `sum_v (p_v - q_v) (log p_v - log q_v) / 2`."""
-    log_p = tf.nn.log_softmax(tf.cast(logits_p, tf.float32), axis=-1)
-    log_q = tf.nn.log_softmax(tf.cast(logits_q, tf.float32), axis=-1)
-    return 0.5 * tf.reduce_sum((tf.exp(log_p) - tf.exp(log_q)) * (log_p - log_q), axis=-1)
+def _symmetric_kl_kernel(logits):
+    """(2N, V) logits of two passes, rows [:N] and [N:] -> (N,) float32
+    `(KL(p || q) + KL(q || p)) / 2` = `sum_v (p_v - q_v) (log p_v - log q_v) / 2`, p the
+    first pass's softmax and q the second's, with its gradient written by hand.
+
+    With `d = log p - log q`, `KL(p || q) = sum_v p_v d_v` and `KL(q || p) = -sum_v q_v d_v`;
+    the gradient is `(p * (d - KL(p || q) + 1) - q) / 2` for the first pass's logits and
+    `(q * (-d - KL(q || p) + 1) - p) / 2` for the second's. The forward pass keeps only the
+    (N, 1) normalisers and KLs; the backward pass recomputes p, q and d from the logits and
+    writes both passes' gradient as one (2N, V) tensor in the logits' dtype, in one loop
+    (autodiff, with the halves sliced and the cast outside, kept three (N, V) float32 tensors
+    and wrote the gradient three times)."""
+    half = tf.shape(logits)[0] // 2
+    first = tf.cast(logits[:half], tf.float32)  # (N, V)
+    second = tf.cast(logits[half:], tf.float32)  # (N, V)
+    log_normaliser_p = tf.reduce_logsumexp(first, axis=-1, keepdims=True)  # (N, 1)
+    log_normaliser_q = tf.reduce_logsumexp(second, axis=-1, keepdims=True)  # (N, 1)
+
+    def probabilities():
+        log_p = first - log_normaliser_p  # (N, V)
+        log_q = second - log_normaliser_q  # (N, V)
+        return tf.exp(log_p), tf.exp(log_q), log_p - log_q
+
+    p, q, d = probabilities()
+    kl_pq = tf.reduce_sum(p * d, axis=-1, keepdims=True)  # (N, 1)
+    kl_qp = -tf.reduce_sum(q * d, axis=-1, keepdims=True)  # (N, 1)
+
+    def gradient(upstream):  # (N,)
+        p, q, d = probabilities()
+        scale = 0.5 * upstream[:, None]  # (N, 1)
+        grad_first = scale * (p * (d - kl_pq + 1.0) - q)  # (N, V)
+        grad_second = scale * (q * (-d - kl_qp + 1.0) - p)  # (N, V)
+        return tf.cast(tf.concat([grad_first, grad_second], axis=0), logits.dtype)  # (2N, V)
+
+    return 0.5 * (kl_pq + kl_qp)[:, 0], gradient
 
 
+_symmetric_kl_of_passes = tf.custom_gradient(_symmetric_kl_kernel)
 # Compiled once per shape, like the loss kernel (the training steps pad their rows of logits
 # to a multiple of `losses.LOGIT_ROWS_MULTIPLE`, each pass's alike).
-_compiled_symmetric_kl = tf.function(_symmetric_kl, jit_compile=True)
+_compiled_symmetric_kl_of_passes = tf.function(_symmetric_kl_of_passes, jit_compile=True)
+
+
+def _symmetric_kl(y_pred, compiled: bool = False):
+    """(2M, ..., V) logits of two passes -> (M, ...) float32 `(KL(p || q) + KL(q || p)) / 2`
+    between the first half's and the second half's predictions; `compiled`: in its own XLA
+    function (outside a step that XLA compiles)."""
+    kernel = _compiled_symmetric_kl_of_passes if compiled else _symmetric_kl_of_passes
+    shape = tf.shape(y_pred)  # (2M, ..., V)
+    kl = kernel(tf.reshape(y_pred, [-1, shape[-1]]))  # (N,)
+    return tf.reshape(kl, tf.concat([[shape[0] // 2], shape[1:-1]], axis=0))  # (M, ...)
 
 
 class RDropStart(keras.callbacks.Callback):
