@@ -23,3 +23,11 @@ def cell(times: list[float]) -> str:
 def ratio(slower: list[float], faster: list[float]) -> str:
     """The ratio of the medians, `1.23x`."""
     return f"{statistics.median(slower) / statistics.median(faster):.2f}x"
+
+
+def two_way_table(times: dict[str, list[float]], before: str, after: str) -> str:
+    """The Markdown table `| BEFORE ms | AFTER ms | ratio |` of two interleaved sides."""
+    return (
+        f"| {before} ms | {after} ms | ratio |\n| --- | --- | --- |\n"
+        f"| {cell(times[before])} | {cell(times[after])} | {ratio(times[before], times[after])} |"
+    )

@@ -20,7 +20,7 @@ import time
 import _machine  # noqa: F401  (first: sets the package's oneDNN default before TF)
 import keras
 import tensorflow as tf
-from _interleave import cell, interleaved, ratio
+from _interleave import interleaved, two_way_table
 from _machine import commit, cpu_model
 
 from keras_transformer.training.losses import smoothed_cross_entropy_from_logits
@@ -78,11 +78,7 @@ def main() -> None:
     )
     calls = {name: timed(run, labels, logits) for name, run in runs.items()}
     times = interleaved(calls, args.repeats)
-    print("| one-hot ms | fused ms | ratio |\n| --- | --- | --- |")
-    print(
-        f"| {cell(times['one-hot'])} | {cell(times['fused'])} "
-        f"| {ratio(times['one-hot'], times['fused'])} |"
-    )
+    print(two_way_table(times, "one-hot", "fused"))
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ import time
 
 import _machine  # noqa: F401  (first: sets the package's oneDNN default before TF)
 import tensorflow as tf
-from _interleave import cell, interleaved, ratio
+from _interleave import interleaved, two_way_table
 from _machine import commit, cpu_model
 
 from keras_transformer.training.rdrop import _symmetric_kl
@@ -87,11 +87,7 @@ def main() -> None:
     )
     calls = {name: timed(run, logits) for name, run in runs.items()}
     times = interleaved(calls, args.repeats)
-    print("| autodiff ms | kernel ms | ratio |\n| --- | --- | --- |")
-    print(
-        f"| {cell(times['autodiff'])} | {cell(times['kernel'])} "
-        f"| {ratio(times['autodiff'], times['kernel'])} |"
-    )
+    print(two_way_table(times, "autodiff", "kernel"))
 
 
 if __name__ == "__main__":
