@@ -31,7 +31,9 @@ float32 matmul GFLOP/s just before and just after the training (`_compare_peak.s
 a host that runs slower on some days, with no steal to show it, shows there).
 `--average-last N` (repeatable) adds a row `NAME+avgN` for each variant: the same run scored
 with the mean of its last N epochs' weights (checkpoint averaging; the recipe keeps 5), so
-the two rows compare averaging alone, at no training cost.
+the two rows compare averaging alone, at no training cost. `--no-repeat-ngram N`
+(repeatable) likewise adds `NAME+norepeatN`: the same weights decoded with repeated n-gram
+blocking (`no_repeat_ngram_size=N`, greedy and beam), the guard against looping output.
 
     python benchmarks/sweep.py benchmarks/sweeps/multi30k_screen.yaml --work-dir runs/sweep
 """
@@ -174,11 +176,16 @@ def train_variant(sweep: dict, name: str, run_dir: str, multi30k: str) -> dict:
 
 
 def score_variant(
-    run_dir: str, multi30k: str, beam_size: int | None, average_last: int | None = None
+    run_dir: str,
+    multi30k: str,
+    beam_size: int | None,
+    average_last: int | None = None,
+    no_repeat_ngram_size: int = 0,
 ) -> dict:
     """BLEU of the whole validation split, greedy and (with `beam_size`) beam search; with
     `average_last`, of the mean of the weights saved at the end of the run's last N epochs
-    (checkpoint averaging, `keras-transformer average`) instead of its final weights."""
+    (checkpoint averaging, `keras-transformer average`) instead of its final weights; with
+    `no_repeat_ngram_size`, decoded with repeated n-gram blocking."""
     from recipe import SETS, read
 
     from keras_transformer.evaluation import score_corpus
@@ -199,7 +206,9 @@ def score_variant(
     for method, beam in (("greedy", 1), ("beam", beam_size)):
         if not beam:
             continue
-        translator = Translator.from_run_dir(run_dir, batch_size=128, beam_size=beam)
+        translator = Translator.from_run_dir(
+            run_dir, batch_size=128, beam_size=beam, no_repeat_ngram_size=no_repeat_ngram_size
+        )
         if average_last:
             average_weights(translator.model, files[-average_last:])
         hypotheses = translator.translate(sources)
@@ -212,15 +221,15 @@ def score_variant(
     return row
 
 
-def averaged_row(row: dict, args: argparse.Namespace, last: int) -> dict:
-    """A trained variant's row scored again with its last `last` epochs' weights averaged
-    (`NAME+avgN`, saved as `WORK_DIR/NAME/sweep_avgN.json`): the same training, so the two
-    rows compare checkpoint averaging alone."""
+def rescored_row(row: dict, args: argparse.Namespace, suffix: str, **options) -> dict:
+    """A trained variant's row scored again (`NAME+SUFFIX`, saved as
+    `WORK_DIR/NAME/sweep_SUFFIX.json`) with `score_variant`'s `options`: the same training,
+    so the two rows compare the options alone."""
     run_dir = os.path.join(args.work_dir, row["variant"])
-    path = os.path.join(run_dir, f"sweep_avg{last}.json")
+    path = os.path.join(run_dir, f"sweep_{suffix}.json")
     if not os.path.exists(path):
-        scores = score_variant(run_dir, args.multi30k_dir, args.beam_size, average_last=last)
-        write_json(path, {**row, "variant": f"{row['variant']}+avg{last}", **scores})
+        scores = score_variant(run_dir, args.multi30k_dir, args.beam_size, **options)
+        write_json(path, {**row, "variant": f"{row['variant']}+{suffix}", **scores})
     with open(path, encoding="utf-8") as f:
         return json.load(f)
 
@@ -292,10 +301,19 @@ def main() -> None:
         default=[],
         help="also score each variant with its last N epochs' weights averaged (repeatable)",
     )
+    parser.add_argument(
+        "--no-repeat-ngram",
+        type=int,
+        action="append",
+        default=[],
+        help="also score each variant decoded with no_repeat_ngram_size=N (repeatable)",
+    )
     parser.add_argument("--multi30k-dir", default=DEFAULT_MULTI30K_DIR)
     args = parser.parse_args()
     if any(n < 1 for n in args.average_last):
         parser.error(f"--average-last expects positive numbers of epochs; got {args.average_last}")
+    if any(n < 1 for n in args.no_repeat_ngram):
+        parser.error(f"--no-repeat-ngram expects positive n-gram sizes; got {args.no_repeat_ngram}")
     args.multi30k_dir = os.path.abspath(args.multi30k_dir)
     sweep = load_sweep(args.sweep)
     names = args.only or list(sweep["variants"])
@@ -316,8 +334,13 @@ def main() -> None:
     rows = []
     for name in names:
         trained = run_variant(sweep, name, args)
-        rows += [trained] + [averaged_row(trained, args, n) for n in args.average_last]
-        for row in rows[-1 - len(args.average_last) :]:
+        extra = [rescored_row(trained, args, f"avg{n}", average_last=n) for n in args.average_last]
+        extra += [
+            rescored_row(trained, args, f"norepeat{n}", no_repeat_ngram_size=n)
+            for n in args.no_repeat_ngram
+        ]
+        rows += [trained, *extra]
+        for row in rows[-1 - len(extra) :]:
             print(f"{row['variant']}: {json.dumps(row)}", flush=True)
     print(table(rows))
 

@@ -132,6 +132,7 @@ def test_translate_help_shows_the_translators_defaults(capsys, monkeypatch):
     assert _option(text, "--length-penalty").endswith("(default: 1.0).")
     assert _option(text, "--max-length-a").endswith("(default: 1.2).")
     assert _option(text, "--max-length-b").endswith("(default: 10).")
+    assert _option(text, "--no-repeat-ngram-size").endswith("its size n, 0 for off (default: 0).")
     assert "--max-new-tokens" not in text
 
 

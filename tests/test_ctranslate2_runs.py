@@ -92,7 +92,7 @@ def runs(tmp_path_factory, multi30k_dir):
     }
 
 
-def _ours(run_dir, sentences):
+def _ours(run_dir, sentences, **decoding):
     """Our greedy ids (up to EOS) and summed log-probabilities of `sentences`."""
     translator = Translator.from_run_dir(
         run_dir,
@@ -101,6 +101,7 @@ def _ours(run_dir, sentences):
         max_length_a=0.0,
         max_length_b=MAX_OUTPUT,
         jit_compile=False,
+        **decoding,
     )
     tokens, scores = translator.decode_ids(translator.encode_sources(sentences))
     ids = []
@@ -110,7 +111,7 @@ def _ours(run_dir, sentences):
     return translator, ids, np.array([s[0] for s in scores])
 
 
-def _theirs(directory, sentences, max_length, compute_type="default"):
+def _theirs(directory, sentences, max_length, compute_type="default", **decoding):
     """CTranslate2's greedy ids and scores of `sentences`, tokenized by the exported
     SentencePiece model, with the limits that make its search ours."""
     source = SubwordTokenizer.load(os.path.join(directory, SOURCE_SPM_FILENAME))
@@ -124,6 +125,7 @@ def _theirs(directory, sentences, max_length, compute_type="default"):
         length_penalty=0.0,  # else CTranslate2 divides greedy scores by the length too
         min_decoding_length=0,  # 1 forbids EOS first, raising the first log-probability
         return_scores=True,
+        **decoding,
     )
     index = {piece: i for i, piece in enumerate(target.pieces)}
     ids = [[index[piece] for piece in r.hypotheses[0]] for r in results]
@@ -151,6 +153,19 @@ def test_greedy_ids_and_scores_equal_ours(runs, sentences, tmp_path, name):
     info = json.load(open(os.path.join(directory, INFO_FILENAME)))
     assert (info["quantization"], info["max_length"]) == ("float32", 40)
     assert info["architecture"]["norm_first"] is (name == "pre_norm_separate")
+
+
+@pytest.mark.slow
+def test_repeated_ngram_blocking_equals_ctranslate2s(runs, sentences, tmp_path):
+    """`no_repeat_ngram_size` is CTranslate2's option of that name: the same greedy ids."""
+    run_dir = runs["post_norm_shared"]
+    translator, plain, _ = _ours(run_dir, sentences)
+    _, ours, _ = _ours(run_dir, sentences, no_repeat_ngram_size=2)
+    assert ours != plain  # the briefly trained model repeats itself unless told not to
+    directory = export_ctranslate2(run_dir, str(tmp_path / "ct2"))
+    max_length = translator.model.max_length
+    _, theirs, _ = _theirs(directory, sentences, max_length, no_repeat_ngram_size=2)
+    assert theirs == ours
 
 
 def _has_vnni() -> bool:

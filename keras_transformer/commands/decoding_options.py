@@ -53,6 +53,11 @@ _OPTIONS = (
     _Option("max_length", "Absolute limit of output tokens", int, unset="the model's max_length"),
     _Option("max_length_a", "Per-sentence limit min(max_length, a * source_tokens + b): a", float),
     _Option("max_length_b", "The b of --max-length-a's limit", int),
+    _Option(
+        "no_repeat_ngram_size",
+        "Forbid repeating any n-gram of the output: its size n, 0 for off",
+        int,
+    ),
     _Option("temperature", "Sampling temperature", float),
     _Option("top_k", "Sample among the k best", int, unset="off"),
     _Option("top_p", "Nucleus sampling mass", float, unset="off"),

@@ -28,7 +28,9 @@ divided by the GNMT length penalty `((5 + length) / 6) ** alpha` (Wu et al. 2016
 
 Each sentence stops at EOS or at its own maximum length
 `min(max_length, max_length_a * source_length + max_length_b)` (a sentence cut there has no
-EOS). PAD and BOS are never generated.
+EOS). PAD and BOS are never generated. `no_repeat_ngram_size=n` forbids every token that
+would repeat an n-gram of the output (fairseq's `--no-repeat-ngram-size`; 0, the default,
+does not).
 
 Example:
 
@@ -39,8 +41,8 @@ output.tokens  # np.ndarray (B, 4, T): the n-best, best first
 output.scores  # np.ndarray (B, 4)
 ```
 
-Modules: `search` (the shared pieces, `greedy_search`, `sample`), `beam` (`beam_search`)
-and `runtime` (`BatchDecoder`, `DecodeOutput`, `bucket`).
+Modules: `search` (the shared pieces, `greedy_search`, `sample`), `beam` (`beam_search`),
+`ngrams` (repeated n-gram blocking) and `runtime` (`BatchDecoder`, `DecodeOutput`, `bucket`).
 """
 
 from keras_transformer.decoding.beam import beam_search

@@ -19,6 +19,7 @@ from typing import Any
 import tensorflow as tf
 
 from keras_transformer.constants import BOS_ID, DEFAULT_LENGTH_PENALTY, EOS_ID
+from keras_transformer.decoding.ngrams import ban_repeated_ngrams
 from keras_transformer.decoding.search import (
     NEG_INF,
     _get_column,
@@ -29,7 +30,11 @@ from keras_transformer.decoding.search import (
     _set_column,
     gnmt_length_penalty,
 )
-from keras_transformer.validation import check_non_negative_float, check_positive_int
+from keras_transformer.validation import (
+    check_non_negative_float,
+    check_non_negative_int,
+    check_positive_int,
+)
 
 
 def beam_search(
@@ -42,6 +47,7 @@ def beam_search(
     length_penalty: float = DEFAULT_LENGTH_PENALTY,
     early_stopping: bool = False,
     min_length: int = 0,
+    no_repeat_ngram_size: int = 0,
     bos_id: int = BOS_ID,
     eos_id: int = EOS_ID,
 ) -> tuple[tf.Tensor, tf.Tensor]:
@@ -67,6 +73,8 @@ def beam_search(
         length_penalty: the GNMT alpha >= 0.
         early_stopping: stop a sentence once it has K finished hypotheses.
         min_length: EOS is forbidden while fewer than `min_length` tokens were emitted.
+        no_repeat_ngram_size: n > 0 forbids every extension that would repeat an n-gram of
+            its hypothesis (`keras_transformer.decoding.ngrams`); 0 (the default) does not.
         bos_id: the id that starts every target.
         eos_id: the id that ends a sentence.
 
@@ -81,6 +89,7 @@ def beam_search(
     """
     beam_size = check_positive_int("beam_size", beam_size)
     length_penalty = check_non_negative_float("length_penalty", length_penalty)
+    no_repeat_ngram_size = check_non_negative_int("no_repeat_ngram_size", no_repeat_ngram_size)
     pad_id = model.pad_id
     k = beam_size
     batch_size, max_lengths, num_steps = _resolve_lengths(source_ids, max_lengths, num_steps)
@@ -115,6 +124,7 @@ def beam_search(
             eos_id=eos_id,
             min_length=min_length,
         )  # (B*K, V)
+        log_probs = ban_repeated_ngrams(log_probs, flat_seq, step, no_repeat_ngram_size)
         vocab_size = tf.shape(log_probs)[-1]
         log_probs = tf.reshape(log_probs, [batch_size, k, vocab_size])  # (B, K, V)
         candidates = tf.reshape(

@@ -107,6 +107,9 @@ class BatchDecoder:
         max_length_a: the per-sentence limit is `min(max_length, a * source_length + b)`.
         max_length_b: see `max_length_a`.
         min_length: EOS is forbidden while fewer tokens were emitted.
+        no_repeat_ngram_size: n > 0 forbids every token that would repeat an n-gram of its
+            hypothesis, the guard against looping output (`keras_transformer.decoding.ngrams`,
+            fairseq's `--no-repeat-ngram-size`); 0 turns it off.
         temperature: sampling temperature.
         top_k: sampling restricted to the `top_k` best tokens.
         top_p: nucleus sampling mass.
@@ -144,6 +147,7 @@ class BatchDecoder:
         max_length_a: float = DEFAULT_MAX_LENGTH_A,
         max_length_b: int = DEFAULT_MAX_LENGTH_B,
         min_length: int = 0,
+        no_repeat_ngram_size: int = 0,
         temperature: float = 1.0,
         top_k: int | None = None,
         top_p: float | None = None,
@@ -172,6 +176,9 @@ class BatchDecoder:
         self.max_length_a = check_non_negative_float("max_length_a", max_length_a)
         self.max_length_b = check_non_negative_int("max_length_b", max_length_b)
         self.min_length = check_non_negative_int("min_length", min_length)
+        self.no_repeat_ngram_size = check_non_negative_int(
+            "no_repeat_ngram_size", no_repeat_ngram_size
+        )
         self.temperature = check_positive_float("temperature", temperature)
         self.top_k = check_optional(check_positive_int, "top_k", top_k)
         self.top_p = check_optional(check_probability, "top_p", top_p)
@@ -206,7 +213,12 @@ class BatchDecoder:
         Returns:
             `(tokens (B, K, T), scores (B, K))`.
         """
-        common = {"min_length": self.min_length, "bos_id": self.bos_id, "eos_id": self.eos_id}
+        common = {
+            "min_length": self.min_length,
+            "no_repeat_ngram_size": self.no_repeat_ngram_size,
+            "bos_id": self.bos_id,
+            "eos_id": self.eos_id,
+        }
         if self.method == "beam":
             return beam_search(
                 self.model,

@@ -33,6 +33,8 @@ from keras_transformer.constants import (
     DEFAULT_MAX_LENGTH_B,
     EOS_ID,
 )
+from keras_transformer.decoding.ngrams import ban_repeated_ngrams
+from keras_transformer.validation import check_non_negative_int
 
 NEG_INF = float("-inf")
 
@@ -174,12 +176,14 @@ def _token_search(
     bos_id: int,
     eos_id: int,
     do_sample: bool,
+    no_repeat_ngram_size: int = 0,
     temperature: float = 1.0,
     top_k: int | None = None,
     top_p: float | None = None,
     seed=None,
 ):
     """Greedy search or ancestral sampling: one hypothesis per sentence."""
+    no_repeat_ngram_size = check_non_negative_int("no_repeat_ngram_size", no_repeat_ngram_size)
     pad_id = model.pad_id
     batch_size, max_lengths, num_steps = _resolve_lengths(source_ids, max_lengths, num_steps)
     source_mask, cache, cross_cache = _prepare(model, source_ids, num_steps)
@@ -201,6 +205,7 @@ def _token_search(
             eos_id=eos_id,
             min_length=min_length,
         )  # (B, V)
+        log_probs = ban_repeated_ngrams(log_probs, sequences, step, no_repeat_ngram_size)
         if do_sample:
             filtered = _process_sampling_logits(
                 tf.where(tf.math.is_inf(log_probs), log_probs, logits), temperature, top_k, top_p
@@ -246,6 +251,7 @@ def greedy_search(
     num_steps: int | Any = None,
     *,
     min_length: int = 0,
+    no_repeat_ngram_size: int = 0,
     length_penalty: float = 0.0,
     bos_id: int = BOS_ID,
     eos_id: int = EOS_ID,
@@ -263,6 +269,8 @@ def greedy_search(
         num_steps: the output length T (the cache length), an int or scalar tensor; at
             most `model.max_length`. Defaults to `max(max_lengths)`.
         min_length: EOS is forbidden while fewer than `min_length` tokens were emitted.
+        no_repeat_ngram_size: n > 0 forbids every token that would repeat an n-gram of
+            the output (`keras_transformer.decoding.ngrams`); 0 (the default) does not.
         length_penalty: the GNMT alpha used for the returned scores.
         bos_id: the id that starts every target.
         eos_id: the id that ends a sentence.
@@ -282,6 +290,7 @@ def greedy_search(
         max_lengths,
         num_steps,
         min_length=min_length,
+        no_repeat_ngram_size=no_repeat_ngram_size,
         length_penalty=length_penalty,
         bos_id=bos_id,
         eos_id=eos_id,
@@ -300,6 +309,7 @@ def sample(
     top_p: float | None = None,
     seed: Any = None,
     min_length: int = 0,
+    no_repeat_ngram_size: int = 0,
     length_penalty: float = 0.0,
     bos_id: int = BOS_ID,
     eos_id: int = EOS_ID,
@@ -320,6 +330,7 @@ def sample(
         top_p: keep the smallest set of tokens whose probability reaches `top_p`.
         seed: int64 (2,) seed of the stateless sampler.
         min_length: EOS is forbidden while fewer than `min_length` tokens were emitted.
+        no_repeat_ngram_size: see `greedy_search`.
         length_penalty: the GNMT alpha used for the returned scores (the model's
             untempered log-probabilities of the drawn tokens).
         bos_id: the id that starts every target.
@@ -334,6 +345,7 @@ def sample(
         max_lengths,
         num_steps,
         min_length=min_length,
+        no_repeat_ngram_size=no_repeat_ngram_size,
         length_penalty=length_penalty,
         bos_id=bos_id,
         eos_id=eos_id,

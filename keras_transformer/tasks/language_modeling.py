@@ -116,6 +116,7 @@ class LanguageModelingTask(Task):
                 "length_penalty": decoder.length_penalty,
                 "max_length": decoder.max_length,
                 "max_new_tokens": predictor.max_new_tokens,
+                "no_repeat_ngram_size": decoder.no_repeat_ngram_size,
                 "temperature": decoder.temperature,
                 "top_k": decoder.top_k,
                 "top_p": decoder.top_p,

@@ -234,6 +234,7 @@ class TranslationTask(Task):
             "method": translator.method,
             "beam_size": translator.beam_size,
             "length_penalty": translator.length_penalty,
+            "no_repeat_ngram_size": translator.decoder.no_repeat_ngram_size,
         }
         return result
 
@@ -283,6 +284,7 @@ class TranslationTask(Task):
                 "max_length": decoder.max_length,
                 "max_length_a": decoder.max_length_a,
                 "max_length_b": decoder.max_length_b,
+                "no_repeat_ngram_size": decoder.no_repeat_ngram_size,
             },
             "source_eos": predictor.source_eos,
             "model": predictor.model.transformer_config().to_dict(),
