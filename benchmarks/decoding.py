@@ -22,9 +22,11 @@ processes kept busy during the timed calls of that row: the machine's busy CPU s
 process' own (`resource.getrusage`), over the wall time; a row over 0.25 cores gets a WARNING
 line. The ratios compare like with like: cached vs naive greedy at
 the same XLA setting, beam 4 vs greedy at the same XLA setting, and XLA vs no XLA for the same
-search. Run:
+search. `--no-repeat-ngram-size N` adds the cached rows again with repeated n-gram blocking
+("+ban N", `no_repeat_ngram_size=N`) and the ratio of their times to the same search's
+without it. Run:
 
-    python benchmarks/decoding.py [--repeats 5] [--naive-repeats 2]
+    python benchmarks/decoding.py [--repeats 5] [--naive-repeats 2] [--no-repeat-ngram-size 3]
 """
 
 from __future__ import annotations
@@ -137,7 +139,9 @@ def naive_decoder(model: Transformer, tokens: int, jit: bool):
     return run
 
 
-def cached_decoder(model: Transformer, method: str, tokens: int, jit: bool) -> BatchDecoder:
+def cached_decoder(
+    model: Transformer, method: str, tokens: int, jit: bool, ban: int = 0
+) -> BatchDecoder:
     return BatchDecoder(
         model,
         method=method,
@@ -147,11 +151,12 @@ def cached_decoder(model: Transformer, method: str, tokens: int, jit: bool) -> B
         max_length_a=0.0,
         max_length_b=tokens,
         min_length=tokens,
+        no_repeat_ngram_size=ban,
         jit_compile=jit,
     )
 
 
-NAME_WIDTH, LATENCY_WIDTH = 15, 24
+NAME_WIDTH, LATENCY_WIDTH = 22, 24
 HEADER = (
     f"{'decoding':<{NAME_WIDTH}}{'batch':>6}{'XLA':>5}{'1st call s':>12}"
     f"{'latency ms (min-max)':>{LATENCY_WIDTH}}{'ms/token':>10}{'tokens/s':>10}"
@@ -170,7 +175,13 @@ def format_row(row: Row, tokens: int) -> str:
     )
 
 
-def print_ratios(rows: list[Row], batch_sizes: list[int]) -> None:
+def cached_name(method: str, ban: int) -> str:
+    return ("cached greedy" if method == "greedy" else "cached beam 4") + (
+        f" +ban {ban}" if ban else ""
+    )
+
+
+def print_ratios(rows: list[Row], batch_sizes: list[int], ban: int) -> None:
     median = {(r.name, r.batch_size, r.xla): r.median_s for r in rows}
 
     def ratio(slow: tuple, fast: tuple) -> float | None:
@@ -199,6 +210,19 @@ def print_ratios(rows: list[Row], batch_sizes: list[int]) -> None:
             r = ratio((name, batch_size, False), (name, batch_size, True))
             if r is not None:
                 print(f"  {name}, batch {batch_size}: no XLA takes {r:.2f}x the time of XLA")
+    if ban:
+        print(f"Repeated {ban}-gram blocking, same search and XLA setting (with / without):")
+        for method in ("greedy", "beam"):
+            for batch_size in batch_sizes:
+                for xla in (False, True):
+                    r = ratio(
+                        (cached_name(method, ban), batch_size, xla),
+                        (cached_name(method, 0), batch_size, xla),
+                    )
+                    print(
+                        f"  {cached_name(method, 0)}, {'XLA' if xla else 'no XLA'}, batch "
+                        f"{batch_size}: blocking takes {r:.2f}x the time"
+                    )
 
 
 def main() -> None:
@@ -210,10 +234,18 @@ def main() -> None:
     parser.add_argument(
         "--naive-xla", choices=("yes", "no"), default="yes", help="also time naive with XLA"
     )
+    parser.add_argument(
+        "--no-repeat-ngram-size",
+        type=int,
+        default=0,
+        help="also time the cached searches with repeated n-gram blocking of this size",
+    )
     args = parser.parse_args()
     batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
     if not 1 <= args.tokens <= 128 or min(args.repeats, args.naive_repeats) < 1:
         parser.error("--tokens must be in [1, 128] and the repeats at least 1")
+    if args.no_repeat_ngram_size < 0:
+        parser.error("--no-repeat-ngram-size must be at least 0 (0: no blocking rows)")
 
     affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
     print(
@@ -241,8 +273,10 @@ def main() -> None:
     naive_xla = (False, True) if args.naive_xla == "yes" else (False,)
     # One decoder per search and XLA setting, shared by the batch sizes (one trace each).
     naives = {xla: naive_decoder(model, args.tokens, xla) for xla in naive_xla}
+    bans = sorted({0, args.no_repeat_ngram_size})
     cached = {
-        (method, xla): cached_decoder(model, method, args.tokens, xla)
+        (method, xla, ban): cached_decoder(model, method, args.tokens, xla, ban)
+        for ban in bans
         for method in ("greedy", "beam")
         for xla in (False, True)
     }
@@ -252,13 +286,13 @@ def main() -> None:
         for xla, naive in naives.items():
             add("naive greedy", batch_size, xla, lambda n=naive, s=source: n(s), args.naive_repeats)
             naive_tokens[xla] = naive(source)
-        for (method, xla), decoder in cached.items():
-            name = "cached greedy" if method == "greedy" else "cached beam 4"
+        for (method, xla, ban), decoder in cached.items():
+            name = cached_name(method, ban)
             add(name, batch_size, xla, lambda d=decoder, s=source: d(s), args.repeats)
             tokens = decoder(source).tokens[:, 0]  # (B, T)
             if (tokens != PAD_ID).sum(-1).min() != args.tokens:
                 raise RuntimeError(f"Expected every sentence to decode {args.tokens} tokens.")
-            if method == "greedy" and xla in naive_tokens:
+            if method == "greedy" and not ban and xla in naive_tokens:
                 agreement[(batch_size, xla)] = float(np.mean(naive_tokens[xla] == tokens))
 
     print()
@@ -274,7 +308,7 @@ def main() -> None:
             f"naive and cached greedy emit the same token at {share:.1%} of positions "
             f"(batch {batch_size}, {'XLA' if xla else 'no XLA'})"
         )
-    print_ratios(rows, batch_sizes)
+    print_ratios(rows, batch_sizes, args.no_repeat_ngram_size)
 
 
 if __name__ == "__main__":
