@@ -122,8 +122,8 @@ def classification_scores(seed):
 
 
 # The language model's training steps. 400 left seed 0 short of the thresholds (perplexity
-# 1.77, predictable 0.94) with one intra-op thread (each pytest-xdist worker's share) on an
-# AVX2 AMD EPYC, and seed 2 at perplexity 1.50 with two: `tests/learning_margins.py`.
+# 1.77, predictable 0.94) in the suite's run (`pytest -n 2 --dist loadfile`) on an AVX2 AMD
+# EPYC, and seed 2 at perplexity 1.50 run alone: `tests/learning_margins.py`.
 LM_STEPS = 600
 
 
