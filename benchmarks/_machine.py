@@ -66,25 +66,40 @@ def commit() -> str:
 # The vector extensions that decide a CPU's matmul speed, widest first: a model name such as
 # "AMD EPYC" is the same for an AVX2-only host and one with AVX512_BF16.
 VECTOR_FLAGS = ("amx_bf16", "avx512_bf16", "avx512f", "avx2")
+# Those with bf16 instructions: without one, TensorFlow and PyTorch emulate bf16 matmuls.
+BF16_FLAGS = ("amx_bf16", "avx512_bf16")
 
 
-def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str:
-    """The CPU's model name with the vector extensions of `VECTOR_FLAGS` it has ("AMD EPYC
-    (AVX512_BF16, AVX512F, AVX2)", "AMD EPYC (AVX2)"), else what `platform` knows."""
-    name, flags = "", set()
+def _cpuinfo(cpuinfo: str) -> tuple[str, set[str] | None]:
+    """The first model name and flag set in `cpuinfo` ("" and None where absent)."""
+    name, flags = "", None
     try:
         with open(cpuinfo, encoding="utf-8") as f:
             for line in f:
                 key, _, value = line.partition(":")
                 if key.strip() == "model name" and not name:
                     name = value.strip()
-                elif key.strip() == "flags" and not flags:
+                elif key.strip() == "flags" and flags is None:
                     flags = set(value.split())
     except OSError:
         pass
+    return name, flags
+
+
+def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The CPU's model name with the vector extensions of `VECTOR_FLAGS` it has ("AMD EPYC
+    (AVX512_BF16, AVX512F, AVX2)", "AMD EPYC (AVX2)"), else what `platform` knows."""
+    name, flags = _cpuinfo(cpuinfo)
     name = name or platform.processor() or platform.machine()
-    found = [flag.upper() for flag in VECTOR_FLAGS if flag in flags]
+    found = [flag.upper() for flag in VECTOR_FLAGS if flag in (flags or ())]
     return f"{name} ({', '.join(found)})" if found else name
+
+
+def native_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool | None:
+    """Whether the CPU has bf16 instructions (`BF16_FLAGS`); None where its flags are unknown
+    (no `/proc/cpuinfo`, or one without a flags line)."""
+    flags = _cpuinfo(cpuinfo)[1]
+    return None if flags is None else any(flag in flags for flag in BF16_FLAGS)
 
 
 def _cpu_fields() -> list[int]:

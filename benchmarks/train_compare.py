@@ -52,6 +52,9 @@ Baselines: ours (fp32) on the same sentences batched as a user without length bu
 shuffled into as many batches, each padded to its own longest; and ours' peak RSS with and
 without remat (`model.remat`) on the recipe's own batches, a fresh process each.
 
+On a CPU without bf16 instructions (AVX512_BF16 or AMX) the default sides are the fp32 ones
+(bf16 would be emulated); bf16 sides named in `--sides` still run.
+
 Run (needs the `bench` extra: `pip install -e ".[bench]"`; about 28 minutes on an idle
 2-core CPU with the defaults):
 
@@ -74,7 +77,7 @@ import sys
 import tempfile
 
 from _compare_spec import Prepared
-from _machine import DEFAULT_MULTI30K_DIR
+from _machine import DEFAULT_MULTI30K_DIR, cpu_model, native_bf16
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.abspath(__file__)
@@ -93,7 +96,11 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument(
         "--warmup", type=int, default=2, help="Extra batches in the untimed warm-up pass."
     )
-    parser.add_argument("--sides", default=DEFAULT_SIDES, help="Comma-separated sides.")
+    parser.add_argument(
+        "--sides",
+        help="Comma-separated sides (default: the eight above; the bf16 ones only on a CPU "
+        "with bf16 instructions).",
+    )
     parser.add_argument(
         "--torch-dynamic",
         choices=("default", "true", "false"),
@@ -131,9 +138,10 @@ def _sides(args: argparse.Namespace) -> list[str]:
     """The requested sides whose packages are installed (or an exit that says which is not)."""
     from _compare_worker import parse_side
 
-    sides = [s.strip() for s in args.sides.split(",") if s.strip()]
+    sides = [s.strip() for s in (args.sides or DEFAULT_SIDES).split(",") if s.strip()]
     for side in sides:
         parse_side(side)
+    sides = _bf16_sides_for_this_cpu(sides, asked=args.sides is not None, native=native_bf16())
     kept = []
     for side in sides:
         key = "torch" if side.startswith("torch") else side.split("/")[0]
@@ -150,6 +158,31 @@ def _sides(args: argparse.Namespace) -> list[str]:
     if "ours/fp32" not in kept:
         sys.exit("train_compare.py: --sides must include ours/fp32 (every ratio is against it).")
     return kept
+
+
+def _bf16_sides_for_this_cpu(sides: list[str], asked: bool, native: bool | None) -> list[str]:
+    """`sides` less the bf16 ones when they are the default and the CPU emulates bf16.
+
+    Without bf16 instructions (`_machine.BF16_FLAGS`) a bf16 side times TensorFlow's and
+    PyTorch's emulation, slower than float32 and not what a user of the CPU would run (on a
+    2-core AVX2 EPYC, KerasHub's bf16 warm-up pass alone took 247 s, PyTorch compiled's more
+    than 7 minutes). Named in `--sides`, they run, with a note.
+    """
+    bf16 = [side for side in sides if side.endswith("/bf16")]
+    if native is not False or not bf16:
+        return sides
+    if asked:
+        print(
+            f"note: this CPU ({cpu_model()}) has no bf16 instructions: the bf16 sides time "
+            "emulated bf16, slower than float32 here."
+        )
+        return sides
+    print(
+        f"note: this CPU ({cpu_model()}) has no bf16 instructions, so the default sides "
+        "leave out the bf16 ones (they would time emulated bf16); name them in --sides "
+        "to run them."
+    )
+    return [side for side in sides if side not in bf16]
 
 
 def _child(*flags: str, args: argparse.Namespace) -> list[str]:

@@ -180,6 +180,23 @@ def test_cpu_model_names_the_vector_extensions(tmp_path):
     assert cpu_model(str(tmp_path / "absent"))  # what `platform` knows
 
 
+def test_native_bf16_reads_the_flags(tmp_path):
+    from _machine import native_bf16
+
+    entry = "processor\t: 0\nmodel name\t: A CPU\nflags\t\t: fpu sse2 {0}\n\n"
+    for name, flags, expected in [
+        ("zen4", "avx2 avx512f avx512_bf16", True),
+        ("sapphire", "avx2 avx512f amx_bf16 amx_tile", True),
+        ("skylake", "avx2 avx512f", False),
+        ("zen3", "avx avx2 fma", False),
+    ]:
+        (tmp_path / name).write_text(entry.format(flags))
+        assert native_bf16(str(tmp_path / name)) is expected, name
+    (tmp_path / "bare").write_text("processor\t: 0\nmodel name\t: Some CPU\n")
+    assert native_bf16(str(tmp_path / "bare")) is None  # no flags line: unknown
+    assert native_bf16(str(tmp_path / "absent")) is None
+
+
 def test_idle_stretches_are_the_long_runs_under_the_threshold():
     from _machine import idle_stretches
 
