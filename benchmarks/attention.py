@@ -16,6 +16,7 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import _machine  # noqa: F401, E402  (first: sets the package's oneDNN default before TF)
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from keras import ops  # noqa: E402

@@ -49,6 +49,7 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import _machine  # noqa: F401, E402  (first: sets the package's oneDNN default before TF)
 from _serving_measure import (  # noqa: E402
     DEFAULT_DATA_DIR,
     MODEL_NAME,

@@ -3,7 +3,12 @@ margins that must hold on any CPU (oneDNN's numerics differ between Intel and AM
 
     python tests/learning_margins.py --seeds 0 1 2 3 4
 
-Each seed sets the weights' initialisation and the training and test data.
+Each seed sets the weights' initialisation and the training and test data. The suite's
+setup comes first (`conftest.py`: the package imported before TensorFlow, so its oneDNN
+default holds as in the tests; two logical CPUs), so the scores are the tests' own: a script
+that imported TensorFlow first would run Eigen's kernels on an AVX2-only CPU, where the
+tests run oneDNN's. Under `pytest -n 2` each worker has one intra-op thread; set
+`TF_NUM_INTRAOP_THREADS=1` to score as they do.
 """
 
 import argparse
@@ -13,6 +18,7 @@ import sys
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "benchmarks"))
 
+import conftest  # noqa: E402, F401, I001  # isort: skip  (first: the suite's setup)
 import test_decoding  # noqa: E402
 import test_tasks_fit  # noqa: E402
 import test_training_fit  # noqa: E402
