@@ -98,8 +98,9 @@ def _arguments() -> argparse.Namespace:
     )
     parser.add_argument(
         "--sides",
-        help="Comma-separated sides (default: the eight above; the bf16 ones only on a CPU "
-        "with bf16 instructions).",
+        help="Comma-separated sides (default: ours, keras_hub, torch-compiled and "
+        "torch-eager, each /fp32 and /bf16; the bf16 ones only on a CPU with bf16 "
+        "instructions).",
     )
     parser.add_argument(
         "--torch-dynamic",
