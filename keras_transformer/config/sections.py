@@ -100,8 +100,8 @@ class DataConfig:
             8 pads 24%, but with 4,096-token batches the Multi30k recipe learned far more
             slowly at 2 (validation BLEU 3.2 against 21.5 after 4 epochs). Part of it is
             the order of the batches (`batch_shuffle_buffer_size`); on a smaller model,
-            shuffling them did not close the gap at the end of training (README,
-            "Recipe choices, measured"). 8 is the default.
+            shuffling them did not close the gap at the end of training
+            (docs/recipe_choices.md). 8 is the default.
         pad_to_bucket: pad batches to bucket lengths (fixed shapes, good for XLA).
         shuffle_buffer_size: the shuffle buffer, in examples.
         batch_shuffle_buffer_size: also shuffle the training batches, in a buffer of this
