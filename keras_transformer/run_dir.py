@@ -6,6 +6,7 @@ RUN_DIR/
   model.keras                  the trained model (`model.save`)
   tokenizers/source/spm.model  SentencePiece model of the source side
   tokenizers/target/spm.model  ... of the target side (same file content when shared)
+  tokenizers/settings.json     what they were trained from and with (reused only for the same)
   checkpoints/, backup/, logs/ training state (see `keras_transformer.training`)
   bleu.jsonl                   validation BLEU against training minutes (`translation.bleu_every`)
   labels.txt                   tagging and classification: the label names, in id order

@@ -2,6 +2,7 @@
 `train()` on a `tf.data.Dataset` of one's own, and the encoding saved with the model."""
 
 import gzip
+import json
 import logging
 import os
 import re
@@ -18,6 +19,7 @@ from keras_transformer.config import load_config
 from keras_transformer.predictors import Translator
 from keras_transformer.run_dir import RunPaths
 from keras_transformer.runner import evaluate_run, train
+from keras_transformer.training.tokenizer_files import settings_file
 
 pytestmark = pytest.mark.slow
 
@@ -92,6 +94,31 @@ def test_a_holdout_is_the_validation_data_of_training_and_evaluation(holdout_run
     scored = evaluate_run(result.run_dir, "validation", beam_size=1, max_length=8)
     assert scored.num_sentences == 40
     assert "holdout" in scored.data
+
+
+def test_the_run_directory_refuses_other_tokenizer_settings_and_keeps_its_files(
+    holdout_run, corpus
+):
+    result, _ = holdout_run
+    paths = result.paths
+    saved = json.loads(open(settings_file(paths), encoding="utf-8").read())
+    assert saved["data.vocab_size"] == 400 and saved["data.validation_holdout"] == 40
+    assert (saved["data.source"], saved["translation.target_path"]) == (corpus["de"], corpus["en"])
+    files = (paths.config, settings_file(paths), paths.model)
+    before = [open(f, "rb").read() for f in files]
+    swapped = {"de": corpus["en"], "en": corpus["de"]}  # the corpus the other way round
+    swapped_named = [f"data.source={corpus['en']!r}", f"translation.target_path={corpus['de']!r}"]
+    for run_corpus, overrides, named in [
+        (corpus, ["data.vocab_size=300"], ["data.vocab_size=300 (the tokenizers': 400)"]),
+        (swapped, [], swapped_named),
+    ]:
+        config = _config(result.run_dir, run_corpus, "data.validation_holdout=40", *overrides)
+        with pytest.raises(ValueError, match="tokenizer settings differ") as error:
+            train(config)
+        for text in named:
+            assert text in str(error.value)
+    # Refused before anything was written: the run's config, tokenizers and model stay.
+    assert [open(f, "rb").read() for f in files] == before
 
 
 def test_files_without_validation_train_without_it_and_say_so(corpus, tmp_path, caplog):

@@ -24,6 +24,7 @@ from keras_transformer.training.tokenizer_files import (
     load_tokenizers,
     publish_tokenizers,
     ready_marker,
+    settings_file,
     wait_for_tokenizers,
 )
 
@@ -196,3 +197,38 @@ def test_chief_reuses_a_run_without_the_marker_and_writes_it(tokenizers):
     )  # no config: training them would fail
     assert (got_source.vocab_size, got_target.vocab_size) == (300, 290)
     assert storage.exists(ready_marker(paths))
+
+
+def test_chief_reuses_tokenizers_only_for_the_settings_they_were_trained_with(tokenizers):
+    paths = RunPaths(_ram("run"))
+    settings = {"task": "translation", "data.vocab_size": 300, "translation.source_lang": "de"}
+    publish_tokenizers(paths, *tokenizers, settings)
+    assert storage.exists(settings_file(paths)) and storage.exists(ready_marker(paths))
+    pairs = tf.data.Dataset.from_tensor_slices((["unused"], ["unused"]))
+    strategy = tf.distribute.get_strategy()
+    # The same settings (a key the record lacks counts as the same): reused.
+    got_source, _ = load_or_train_tokenizers(
+        None, paths, pairs, strategy, shared=False, settings={**settings, "data.new_key": 1}
+    )
+    assert got_source.vocab_size == 300
+    # Other settings: refused, each difference named; no model was trained in the folder,
+    # so deleting the tokenizers is offered.
+    other = {**settings, "data.vocab_size": 500, "translation.source_lang": "fr"}
+    with pytest.raises(ValueError) as error:
+        load_or_train_tokenizers(None, paths, pairs, strategy, shared=False, settings=other)
+    message = str(error.value)
+    assert "data.vocab_size=500 (the tokenizers': 300)" in message
+    assert "translation.source_lang='fr' (the tokenizers': 'de')" in message
+    assert "task=" not in message  # the unchanged keys are not named
+    assert f"the folder {paths.root}/tokenizers deleted" in message
+    # Once a model was trained there, only a new run directory is offered.
+    storage.write_text(paths.model, "")
+    with pytest.raises(ValueError) as error:
+        load_or_train_tokenizers(None, paths, pairs, strategy, shared=False, settings=other)
+    assert "deleted" not in str(error.value) and "a new run directory" in str(error.value)
+    # Tokenizers saved before the record existed are reused unchecked.
+    storage.remove(settings_file(paths))
+    got_source, _ = load_or_train_tokenizers(
+        None, paths, pairs, strategy, shared=False, settings=other
+    )
+    assert got_source.vocab_size == 300

@@ -4,7 +4,9 @@
 A config has the section of its `task` only (`ExperimentConfig.section`); each section
 validates its own values and names the keys of the shared sections (`model`, `data`,
 `training`) that its task does not read (`unread_keys`): setting one of those is an error
-that names it, never silently dropped.
+that names it, never silently dropped. Its `tokenizer_keys` are its keys that choose the texts
+the run's tokenizers learn from (a run directory's tokenizers are reused only for the same
+values: `keras_transformer.training.tokenizer_files`).
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ class TranslationConfig:
     bleu_max_sentences: int | None = None
 
     unread_keys: ClassVar[tuple[str, ...]] = ()
+    tokenizer_keys: ClassVar[tuple[str, ...]] = ("source_lang", "target_lang", "target_path")
 
     def validate(self, config: Any) -> None:
         m = config.model
@@ -121,6 +124,7 @@ class TaggingConfig:
     max_length: int = 128
 
     unread_keys: ClassVar[tuple[str, ...]] = _ENCODER_UNREAD
+    tokenizer_keys: ClassVar[tuple[str, ...]] = ("words_feature",)
 
     def validate(self, config: Any) -> None:
         _check_max_length("tagging.max_length", self.max_length, config.model.max_length)
@@ -151,6 +155,7 @@ class ClassificationConfig:
     max_length: int = 128
 
     unread_keys: ClassVar[tuple[str, ...]] = _ENCODER_UNREAD
+    tokenizer_keys: ClassVar[tuple[str, ...]] = ("text_feature",)
 
     def validate(self, config: Any) -> None:
         check_one_of("classification.pooling", self.pooling, POOLINGS)
@@ -181,6 +186,7 @@ class LanguageModelingConfig:
     max_length: int = 128
 
     unread_keys: ClassVar[tuple[str, ...]] = _DECODER_UNREAD
+    tokenizer_keys: ClassVar[tuple[str, ...]] = ("text_feature", "document_separator")
 
     def validate(self, config: Any) -> None:
         _check_max_length(

@@ -28,7 +28,11 @@ from keras_transformer.training.compile import compile_model
 from keras_transformer.training.run_loop import fit_and_save
 from keras_transformer.training.schedules import TransformerSchedule
 from keras_transformer.training.strategies import is_chief, make_strategy
-from keras_transformer.training.tokenizer_files import load_or_train_tokenizers
+from keras_transformer.training.tokenizer_files import (
+    check_reusable,
+    load_or_train_tokenizers,
+    tokenizer_settings,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -139,6 +143,8 @@ def train(
 
     given = _given_data(task, train_data, validation_data, labels)
     train_split, validation_data = task.load_training_data(given)
+    if chief:  # before the config is saved: a refused run directory keeps its own
+        check_reusable(paths, _tokenizer_settings(task, train_split))
     # The data is found: the run directory is written from here on.
     storage.makedirs(paths.root)
     if chief:
@@ -248,9 +254,15 @@ def training_data(
         task.tokenizer_texts(train_data),
         strategy,
         shared=task.shared_vocab,
+        settings=_tokenizer_settings(task, train_data),
         hard_vocab_limit=task.hard_vocab_limit,
     )
     return train_data, tokenizers
+
+
+def _tokenizer_settings(task: Any, data: TaskData) -> dict[str, Any]:
+    """What the run's tokenizers are trained from and with (`tokenizer_settings`)."""
+    return tokenizer_settings(task.config, data.origin, shared=task.shared_vocab)
 
 
 def _given_data(

@@ -15,6 +15,14 @@ visible while it is written) as on an object store (where a file appears whole w
 writer closes it, but two files never appear together). Runs written before the marker
 existed have both model files and no marker: the chief reuses them and writes the marker.
 
+Beside the models, `tokenizers/settings.json` records what they were trained from and with
+(`tokenizer_settings`: the task, the training data's origin, the `data` keys that choose the
+texts and size the vocabulary, the task section's `tokenizer_keys`). A run directory's
+tokenizers are reused only for the same settings: `train` checks them (`check_reusable`)
+before it writes anything, so a config that asks for another vocabulary or other data in an
+existing run directory is an error, not a run on the old tokenizers under the new config's
+name. Tokenizers saved before the file existed are reused unchecked.
+
 The test (`tests/test_storage.py`) runs the chief and a waiting worker as two threads of
 one process on a `ram://` run directory: `ram://` is the memory of one process, so two
 worker processes cannot share it; `tests/test_training_multiworker.py` runs two worker
@@ -23,6 +31,7 @@ processes on a local folder.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from typing import Any
@@ -34,12 +43,82 @@ from keras_transformer.training.strategies import is_chief
 logger = logging.getLogger(__name__)
 
 READY_FILENAME = "READY"
+SETTINGS_FILENAME = "settings.json"
 WAIT_TIMEOUT_S = 3600.0
+# The `data` keys that choose the tokenizers' texts and how they are trained.
+DATA_TOKENIZER_KEYS = (
+    "source",
+    "train_split",
+    "max_train_examples",
+    "validation_holdout",
+    "vocab_size",
+    "tokenizer_model_type",
+    "tokenizer_max_sentences",
+)
 
 
 def ready_marker(paths: RunPaths) -> str:
     """The marker the chief writes once both tokenizers are saved."""
     return os.path.join(paths.root, "tokenizers", READY_FILENAME)
+
+
+def settings_file(paths: RunPaths) -> str:
+    """The record of what the run's tokenizers were trained from and with."""
+    return os.path.join(paths.root, "tokenizers", SETTINGS_FILENAME)
+
+
+def tokenizer_settings(config: Any, origin: str, *, shared: bool) -> dict[str, Any]:
+    """What a run's tokenizers are trained from and with, as `settings.json` records it.
+
+    Args:
+        config: the `ExperimentConfig`.
+        origin: where the training data came from (`TaskData.origin`).
+        shared: one tokenizer for both sides.
+
+    Returns:
+        `{"task": ..., "origin": ..., "shared_vocab": ..., "data.vocab_size": ..., ...}`:
+        the `data` keys of `DATA_TOKENIZER_KEYS` and the task section's `tokenizer_keys`,
+        by their dotted names.
+    """
+    section = config.section
+    settings: dict[str, Any] = {"task": config.task, "origin": origin, "shared_vocab": shared}
+    settings.update({f"data.{key}": getattr(config.data, key) for key in DATA_TOKENIZER_KEYS})
+    settings.update(
+        {f"{config.task}.{key}": getattr(section, key) for key in section.tokenizer_keys}
+    )
+    return settings
+
+
+def check_reusable(paths: RunPaths, settings: dict[str, Any]) -> None:
+    """Refuses a run directory whose tokenizers were trained from other `settings`.
+
+    Nothing to check when the directory has no `settings.json` (no tokenizers yet, or
+    tokenizers saved before the file existed).
+
+    Raises:
+        ValueError: naming each setting that differs, with the tokenizers' value.
+    """
+    path = settings_file(paths)
+    if not storage.exists(path):
+        return
+    saved = json.loads(storage.read_text(path))
+    changed = [key for key in settings if saved.get(key, settings[key]) != settings[key]]
+    if changed:
+        received = ", ".join(
+            f"{key}={settings[key]!r} (the tokenizers': {saved[key]!r})" for key in changed
+        )
+        trained = any(storage.exists(p) for p in (paths.model, paths.checkpoints, paths.backup))
+        remedy = (
+            "a new run directory"
+            if trained
+            else f"a new run directory, or the folder {storage.parent(path)} deleted (no "
+            "model was trained there yet)"
+        )
+        raise ValueError(
+            f"Received a config whose tokenizer settings differ from those of the run "
+            f"directory {paths.root}: {received}. Expected the settings its tokenizers were "
+            f"trained with, to resume or retrain that run, or {remedy}."
+        )
 
 
 def _model_files(paths: RunPaths) -> tuple[str, str]:
@@ -51,16 +130,23 @@ def _model_files(paths: RunPaths) -> tuple[str, str]:
     )
 
 
-def publish_tokenizers(paths: RunPaths, source: Any, target: Any) -> None:
-    """Saves both tokenizers into the run directory, then the `READY` marker last.
+def publish_tokenizers(
+    paths: RunPaths, source: Any, target: Any, settings: dict[str, Any] | None = None
+) -> None:
+    """Saves both tokenizers into the run directory, their `settings` (`settings.json`),
+    then the `READY` marker last.
 
     Args:
         paths: the run directory.
         source: the source `SubwordTokenizer`.
         target: the target `SubwordTokenizer` (the same one for a shared vocabulary).
+        settings: what they were trained from and with (`tokenizer_settings`; None: no
+            record).
     """
     source.save(paths.source_tokenizer)
     target.save(paths.target_tokenizer)
+    if settings is not None:
+        storage.write_text(settings_file(paths), json.dumps(settings, indent=2) + "\n")
     storage.write_text(ready_marker(paths), "source/spm.model target/spm.model\n")
 
 
@@ -97,6 +183,7 @@ def load_or_train_tokenizers(
     strategy: Any,
     *,
     shared: bool,
+    settings: dict[str, Any] | None = None,
     **train_kwargs: Any,
 ) -> tuple[Any, Any]:
     """Loads the run's tokenizers, or trains them on `train_pairs` and publishes them.
@@ -111,6 +198,9 @@ def load_or_train_tokenizers(
         shared: one tokenizer for both sides (saved as both of the run's tokenizers).
         paths: the run directory.
         strategy: the run's strategy (who is the chief).
+        settings: what the tokenizers are trained from and with (`tokenizer_settings`):
+            tokenizers the directory holds are reused only for the same settings
+            (`check_reusable`), new ones are saved with them. None: no check, no record.
         **train_kwargs: passed to `train_sentencepiece`.
 
     Returns:
@@ -125,6 +215,8 @@ def load_or_train_tokenizers(
             wait_for_tokenizers(paths)
         return load_tokenizers(paths)
     if storage.exists(marker) or all(storage.exists(f) for f in _model_files(paths)):
+        if settings is not None:
+            check_reusable(paths, settings)
         logger.info("Reusing the tokenizers of %s.", paths.root)
         if not storage.exists(marker):  # a run from before the marker
             storage.write_text(marker, "source/spm.model target/spm.model\n")
@@ -140,5 +232,5 @@ def load_or_train_tokenizers(
         seed=config.training.seed,
         **train_kwargs,
     )
-    publish_tokenizers(paths, source, target)
+    publish_tokenizers(paths, source, target, settings)
     return load_tokenizers(paths)
