@@ -152,6 +152,30 @@ _ARCHITECTURE_RULES: dict[str, Callable[[str, Any], Any]] = {
 }
 
 
+def check_decay_horizon(
+    decay: str,
+    total_steps: Any,
+    warmup_steps: int,
+    names: tuple[str, str, str] = ("decay", "total_steps", "warmup_steps"),
+) -> None:
+    """A learning rate that decays to zero (`decay` other than `"inverse_sqrt"`) needs its
+    horizon, `total_steps`, a positive integer past the warm-up's `warmup_steps`.
+
+    Args:
+        decay: the decay (`constants.LR_DECAYS`).
+        total_steps: the step at which it reaches zero.
+        warmup_steps: the warm-up's steps.
+        names: the three values' names in errors (the config's: `training.lr_decay`, ...).
+    """
+    if decay == "inverse_sqrt":
+        return
+    decay_name, total_name, warmup_name = names
+    check_positive_int(total_name, total_steps)
+    if total_steps <= warmup_steps:
+        expected = f"more than `{warmup_name}`={warmup_steps} with {decay_name}={decay!r}"
+        raise _invalid(total_name, expected, total_steps)
+
+
 def check_rdrop(alpha: Any, start_epoch: Any = 0, prefix: str = "") -> tuple[float, int]:
     """Checks R-Drop's options (`keras_transformer.training.rdrop`): `alpha` >= 0, and
     `start_epoch` a non-negative integer that is 0 unless `alpha` > 0.

@@ -273,6 +273,12 @@ def test_load_config_packaged_and_overrides(tmp_path):
         ("training.epochs=1.5", r"`training.epochs`, expected an integer"),
         ("model.dropout=1.0", r"`model.dropout`, expected a float in \[0, 1\)"),
         ("model.num_heads=3", r"`model.d_model`, expected a multiple of `model.num_heads`"),
+        # The recipe's linear decay needs more steps than its 400 warm-up steps.
+        (
+            "training.steps_per_epoch=20",
+            r"`training.epochs \* training.steps_per_epoch`, expected more than "
+            r"`training.warmup_steps`=400 with training.lr_decay='linear'\. Received: .*=400",
+        ),
         ("training.strategy=tpu", r"`training.strategy`, expected one of"),
         ("training.jit_compile=maybe", r"`training.jit_compile`, expected one of"),
         ("training.dtype_policy=float16", r"`training.dtype_policy`"),

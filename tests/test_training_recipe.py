@@ -104,8 +104,8 @@ def test_drop_remainder_trains_on_full_batches_only(tmp_path, multi30k_dir, recw
 
 @pytest.mark.parametrize("steps_per_epoch", ["null", "3"])
 def test_drop_remainder_with_no_full_batch_is_an_error(tmp_path, multi30k_dir, steps_per_epoch):
-    # 300 pairs, batches of 400; the epoch counted or given.
-    overrides = ["data.drop_remainder=true", "data.batch_size=400"]
+    # 300 pairs, batches of 400; the epoch counted or given (3 steps: past a 1-step warm-up).
+    overrides = ["data.drop_remainder=true", "data.batch_size=400", "training.warmup_steps=1"]
     overrides.append(f"training.steps_per_epoch={steps_per_epoch}")
     config = _config(tmp_path, multi30k_dir, *overrides)
     with pytest.raises(ValueError, match=r"no full batch .* a batch of 400 examples"):

@@ -18,6 +18,7 @@ from keras_transformer.constants import (
 from keras_transformer.model_config import ArchitectureConfig, TransformerConfig
 from keras_transformer.validation import (
     check_architecture,
+    check_decay_horizon,
     check_holdout,
     check_non_negative_int,
     check_one_of,
@@ -169,7 +170,9 @@ class TrainingConfig:
         warmup_steps: warmup steps of the schedule (4000 in the paper).
         learning_rate_scale: factor on the paper's schedule.
         lr_decay: after the warmup, `"inverse_sqrt"` (the paper), or `"linear"` / `"cosine"`
-            to zero at the end of the last epoch (`TransformerSchedule`).
+            to zero at the end of the last epoch (`TransformerSchedule`): their runs must
+            last longer than the warmup (checked with the config when `steps_per_epoch` is
+            set, else once the data's steps are counted).
         max_minutes: a wall-clock budget for the whole run (data, tokenizers, training):
             training stops at the first step boundary past it, then validates and saves as
             after a last epoch (None: no budget).
@@ -291,6 +294,17 @@ def validate_training(t: TrainingConfig) -> None:
     for key in ("clipnorm", "global_clipnorm"):
         check_optional(check_positive_float, f"training.{key}", getattr(t, key))
     check_rdrop(t.rdrop_alpha, t.rdrop_start_epoch, prefix="training.")
+    if t.steps_per_epoch is not None:  # else the steps are counted from the data
+        check_decay_horizon(
+            t.lr_decay,
+            t.epochs * t.steps_per_epoch,
+            t.warmup_steps,
+            (
+                "training.lr_decay",
+                "training.epochs * training.steps_per_epoch",
+                "training.warmup_steps",
+            ),
+        )
     if t.clipnorm is not None and t.global_clipnorm is not None:
         raise ValueError(
             "Expected at most one of `training.clipnorm` and `training.global_clipnorm`. "

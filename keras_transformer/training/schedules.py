@@ -10,7 +10,11 @@ import keras
 from keras import ops
 
 from keras_transformer.constants import LR_DECAYS
-from keras_transformer.validation import check_positive_float, check_positive_int
+from keras_transformer.validation import (
+    check_decay_horizon,
+    check_positive_float,
+    check_positive_int,
+)
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -67,14 +71,7 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
                 f"Received: decay={decay!r}"
             )
         self.decay = decay
-        if decay != "inverse_sqrt":
-            check_positive_int("total_steps", total_steps)
-            if total_steps <= warmup_steps:
-                raise ValueError(
-                    "Received an invalid value for argument `total_steps`, expected more than "
-                    f"`warmup_steps`={warmup_steps} with decay={decay!r}. "
-                    f"Received: total_steps={total_steps}"
-                )
+        check_decay_horizon(decay, total_steps, warmup_steps)
         self.total_steps = total_steps
         self.horizon = None
         if decay != "inverse_sqrt":
