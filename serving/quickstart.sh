@@ -36,15 +36,20 @@ if [ -z "${KERAS_TRANSFORMER_MULTI30K_DIR:-}" ] && [ -d ../shared/data/multi30k 
   export KERAS_TRANSFORMER_MULTI30K_DIR
 fi
 
-echo "== 1/5 train (Multi30k de->en, small model, $EPOCHS epoch(s)) -> $RUN_DIR"
-keras-transformer train --config multi30k_de_en --run-dir "$RUN_DIR" \
-  --set model.num_encoder_layers=2 --set model.num_decoder_layers=2 \
-  --set model.d_model=128 --set model.num_heads=4 --set model.d_ff=512 \
-  --set data.vocab_size=4000 --set data.batch_size=64 \
-  --set translation.max_source_length=40 --set translation.max_target_length=40 \
-  --set training.epochs="$EPOCHS" --set training.warmup_steps=400 \
-  --set training.learning_rate_scale=2.0 --set translation.bleu_every=null \
-  --set training.verbose=2
+if [ -f "$RUN_DIR/model.keras" ] && [ ! -d "$RUN_DIR/backup" ]; then
+  # A finished run, which `keras-transformer train` refuses to train over: served again.
+  echo "== 1/5 train: $RUN_DIR holds a finished run, kept (remove it, or set RUN_DIR, to train anew)"
+else
+  echo "== 1/5 train (Multi30k de->en, small model, $EPOCHS epoch(s)) -> $RUN_DIR"
+  keras-transformer train --config multi30k_de_en --run-dir "$RUN_DIR" \
+    --set model.num_encoder_layers=2 --set model.num_decoder_layers=2 \
+    --set model.d_model=128 --set model.num_heads=4 --set model.d_ff=512 \
+    --set data.vocab_size=4000 --set data.batch_size=64 \
+    --set translation.max_source_length=40 --set translation.max_target_length=40 \
+    --set training.epochs="$EPOCHS" --set training.warmup_steps=400 \
+    --set training.learning_rate_scale=2.0 --set translation.bleu_every=null \
+    --set training.verbose=2
+fi
 
 echo "== 2/5 export -> $EXPORT_DIR/transformer/<version>"
 VERSION_DIR=$(keras-transformer export "$RUN_DIR" --base-path "$EXPORT_DIR" \

@@ -2,6 +2,7 @@
 
 import logging
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -40,7 +41,7 @@ def _args(run_dir, multi30k_dir, tfds_dir, *extra):
 
 
 @pytest.mark.slow
-def test_cli_train_writes_a_complete_run_directory(tmp_path, multi30k_dir):
+def test_cli_train_writes_a_complete_run_directory(tmp_path, multi30k_dir, capsys):
     run_dir, tfds_dir = str(tmp_path / "run"), str(tmp_path / "tfds")
     assert main(_args(run_dir, multi30k_dir, tfds_dir)) == 0
     paths = RunPaths(run_dir)
@@ -72,11 +73,26 @@ def test_cli_train_writes_a_complete_run_directory(tmp_path, multi30k_dir):
     logits = model((ids, np.array([[2]], "int32")))
     assert logits.shape == (1, 1, 1000)
 
-    # A second run reuses the tokenizers instead of training new ones.
+    # The command again is refused in one line: the run is finished, and nothing is written.
     tokenizer_file = os.path.join(paths.source_tokenizer, "spm.model")
-    before = os.stat(tokenizer_file).st_mtime_ns
+    kept = (tokenizer_file, paths.model, paths.config)
+    before = [os.stat(path).st_mtime_ns for path in kept]
+    capsys.readouterr()
+    assert main(_args(run_dir, multi30k_dir, tfds_dir, "training.steps_per_epoch=2")) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("keras-transformer train: error: Received a run directory that ")
+    assert "holds a finished run" in error and "\n" not in error
+    assert [os.stat(path).st_mtime_ns for path in kept] == before
+    # Without the files the error names, it trains again from new weights on the same
+    # tokenizers instead of training new ones.
+    os.remove(paths.model)
+    shutil.rmtree(paths.checkpoints)
+    shutil.rmtree(paths.logs)
+    if os.path.exists(paths.bleu_log):
+        os.remove(paths.bleu_log)
     assert main(_args(run_dir, multi30k_dir, tfds_dir, "training.steps_per_epoch=2")) == 0
-    assert os.stat(tokenizer_file).st_mtime_ns == before
+    assert os.stat(tokenizer_file).st_mtime_ns == before[0]
+    assert os.path.isfile(paths.model)
 
 
 def test_cli_train_rejects_bad_config_values(tmp_path, caplog):

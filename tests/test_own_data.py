@@ -96,15 +96,45 @@ def test_a_holdout_is_the_validation_data_of_training_and_evaluation(holdout_run
     assert "holdout" in scored.data
 
 
-def test_the_run_directory_refuses_other_tokenizer_settings_and_keeps_its_files(
-    holdout_run, corpus
-):
+def _contents(root) -> dict[str, bytes]:
+    """Every file under `root`, by relative path."""
+    found = {}
+    for folder, _, names in os.walk(root):
+        for name in names:
+            path = os.path.join(folder, name)
+            with open(path, "rb") as f:
+                found[os.path.relpath(path, root)] = f.read()
+    return found
+
+
+def test_a_finished_run_is_not_trained_again_and_keeps_its_files(holdout_run, corpus):
     result, _ = holdout_run
     paths = result.paths
-    saved = json.loads(open(settings_file(paths), encoding="utf-8").read())
+    assert os.path.isfile(paths.model) and not os.path.exists(paths.backup)
+    before = _contents(paths.root)
+    # The same config again, and one that would end sooner (whose per-epoch weights would
+    # have sat beside the finished run's, and been averaged with them).
+    for overrides in ([], ["training.average_last=2", "training.steps_per_epoch=2"]):
+        config = _config(result.run_dir, corpus, "data.validation_holdout=40", *overrides)
+        with pytest.raises(ValueError, match="holds a finished run") as error:
+            train(config)
+        assert paths.model in str(error.value)
+        assert "Expected a new run directory" in str(error.value)
+    assert _contents(paths.root) == before  # nothing written, nothing removed
+
+
+def test_the_run_directory_refuses_other_tokenizer_settings_and_keeps_its_files(
+    holdout_run, corpus, tmp_path
+):
+    result, _ = holdout_run
+    saved = json.loads(open(settings_file(result.paths), encoding="utf-8").read())
     assert saved["data.vocab_size"] == 400 and saved["data.validation_holdout"] == 40
     assert (saved["data.source"], saved["translation.target_path"]) == (corpus["de"], corpus["en"])
-    files = (paths.config, settings_file(paths), paths.model)
+    # The run as if it had stopped before saving its model (a finished run is refused first).
+    paths = RunPaths(str(tmp_path / "stopped"))
+    shutil.copytree(result.run_dir, paths.root)
+    os.remove(paths.model)
+    files = (paths.config, settings_file(paths))
     before = [open(f, "rb").read() for f in files]
     swapped = {"de": corpus["en"], "en": corpus["de"]}  # the corpus the other way round
     swapped_named = [f"data.source={corpus['en']!r}", f"translation.target_path={corpus['de']!r}"]
@@ -112,13 +142,14 @@ def test_the_run_directory_refuses_other_tokenizer_settings_and_keeps_its_files(
         (corpus, ["data.vocab_size=300"], ["data.vocab_size=300 (the tokenizers': 400)"]),
         (swapped, [], swapped_named),
     ]:
-        config = _config(result.run_dir, run_corpus, "data.validation_holdout=40", *overrides)
+        config = _config(paths.root, run_corpus, "data.validation_holdout=40", *overrides)
         with pytest.raises(ValueError, match="tokenizer settings differ") as error:
             train(config)
         for text in named:
             assert text in str(error.value)
-    # Refused before anything was written: the run's config, tokenizers and model stay.
+    # Refused before anything was written: the run's config and tokenizers stay.
     assert [open(f, "rb").read() for f in files] == before
+    assert not os.path.exists(paths.model)
 
 
 def test_files_without_validation_train_without_it_and_say_so(corpus, tmp_path, caplog):

@@ -121,6 +121,11 @@ def train(
         A `TrainingResult`: `result.predictor()` translates (tags, classifies, generates)
         with the saved model.
 
+    Raises:
+        ValueError: for a run directory that holds a finished run (its `model.keras` and no
+            backup: use a new one), or tokenizers trained with other settings, before
+            anything is written.
+
     Example (not run as a doctest: it trains):
 
     ```python
@@ -137,6 +142,7 @@ def train(
     task = get_task(config)
     t = config.training
     paths = RunPaths(run_dir or t.run_dir)
+    _check_not_finished(paths)
     if strategy is None:
         strategy = make_strategy(t.strategy, t.devices)
     chief = is_chief(strategy)
@@ -225,6 +231,26 @@ def train(
     return TrainingResult(
         history=history, model=model, paths=paths, tokenizers=tokenizers, task=task
     )
+
+
+def _check_not_finished(paths: RunPaths) -> None:
+    """Refuses a run directory whose run ended: `model.keras` saved and no backup left (an
+    interrupted run keeps `backup/` to resume from). Training there again would replace that
+    model and mix a new run's per-epoch weights (which checkpoint averaging reads), logs and
+    BLEU log with the finished run's.
+
+    Raises:
+        ValueError: naming the finished run's model and what to do instead.
+    """
+    if storage.exists(paths.model) and not storage.exists(paths.backup):
+        raise ValueError(
+            f"Received a run directory that holds a finished run: {paths.model} exists and "
+            f"no backup to resume from ({paths.backup}). Training again would replace that "
+            "model and mix the new run's checkpoints, logs and BLEU log with the finished "
+            "run's. Expected a new run directory, or this one without model.keras, "
+            "checkpoints/, logs/ and bleu.jsonl to train it again from new weights (on its "
+            "tokenizers)."
+        )
 
 
 def training_data(
