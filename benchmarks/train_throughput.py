@@ -59,6 +59,10 @@ class Meter(keras.callbacks.Callback):
 
 def run(task, tokenizers, pairs, steps, skip, jit):
     config = task.config
+    # Seeded here, after the data and tokenizers are ready (preparing a TFDS dataset draws
+    # from Python's `random`, as `train` says) and for each run of `--jit both`: every run
+    # starts from the same weights and batches, whatever ran before it in the process.
+    keras.utils.set_random_seed(config.training.seed)
     train = task.make_batches(pairs, tokenizers, shuffle=True).repeat()
     model = task.build_model(tokenizers, None)
     t = config.training
@@ -110,7 +114,6 @@ def main():
         f"TensorFlow {tf.__version__}, Keras {keras.__version__}, "
         f"{os.cpu_count()} CPUs, GPUs: {len(tf.config.list_physical_devices('GPU'))}"
     )
-    keras.utils.set_random_seed(config.training.seed)
     paths = RunPaths(args.work_dir)
     os.makedirs(paths.root, exist_ok=True)
     task = get_task(config)
