@@ -14,6 +14,7 @@ import sys
 import keras
 import pytest
 import tensorflow as tf
+from crash import CrashAt
 
 from keras_transformer.config import load_config
 from keras_transformer.predictors import Translator
@@ -121,6 +122,39 @@ def test_a_finished_run_is_not_trained_again_and_keeps_its_files(holdout_run, co
         assert paths.model in str(error.value)
         assert "Expected a new run directory" in str(error.value)
     assert _contents(paths.root) == before  # nothing written, nothing removed
+
+
+def test_an_interrupted_run_resumes_only_as_its_own_model_and_keeps_its_files(corpus, tmp_path):
+    paths = RunPaths(str(tmp_path / "run"))
+    interrupted = ["training.epochs=2", "training.backup_freq=1"]
+    with pytest.raises(KeyboardInterrupt):
+        train(_config(paths.root, corpus, *interrupted), extra_callbacks=[CrashAt(4)])
+    assert os.path.isdir(paths.backup) and not os.path.exists(paths.model)
+    before = _contents(paths.root)
+    # Another model: one whose weights would not fit the backup, one whose weights would
+    # (4 heads of 8 where the run trained 2 of 16), both refused before anything is written;
+    # another optimizer (EMA adds state: Keras would only warn and train on from step 0 of a
+    # fresh optimizer), refused by the restore, before the first step.
+    for override, named, match in [
+        ("model.d_model=48", "model.d_model=48 (the run's: 32)", "model differs"),
+        ("model.num_heads=4", "model.num_heads=4 (the run's: 2)", "model differs"),
+        ("training.use_ema=true", "training.use_ema=True (the run's: False)", "does not fit"),
+    ]:
+        with pytest.raises(ValueError, match=match) as error:
+            train(_config(paths.root, corpus, *interrupted, override))
+        assert named in str(error.value)
+        assert f"--config {paths.config}" in str(error.value)
+        # Its config.yaml, backup and every other file as they were (Keras' TensorBoard
+        # callback opens its writer, an events file of no events, before the restore).
+        after = _contents(paths.root)
+        assert {name: after[name] for name in before} == before
+        assert all(name.startswith("logs" + os.sep) for name in set(after) - set(before))
+    # The config the run saved resumes it, a training-only option changed: the steps left
+    # of its two epochs; config.yaml is then the rerun's.
+    result = train(load_config(paths.config, ["model.remat=true"]))
+    assert int(result.model.optimizer.iterations) == 2 * 3
+    assert os.path.isfile(paths.model) and not os.path.exists(paths.backup)
+    assert load_config(paths.config).model.remat
 
 
 def test_the_run_directory_refuses_other_tokenizer_settings_and_keeps_its_files(

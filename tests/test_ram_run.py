@@ -4,10 +4,10 @@ with nothing on the local disk but the data and TFDS' cache."""
 
 import uuid
 
-import keras
 import pytest
 import tensorflow as tf
 import yaml
+from crash import CrashAt
 
 from keras_transformer import Transformer, storage
 from keras_transformer.cli import main
@@ -19,18 +19,6 @@ from keras_transformer.runner import train
 from keras_transformer.training.tokenizer_files import ready_marker
 
 STEPS, EPOCHS = 3, 2
-
-
-class _CrashAt(keras.callbacks.Callback):
-    """Raises after optimizer step `step`, like a killed process."""
-
-    def __init__(self, step):
-        super().__init__()
-        self.step = step
-
-    def on_train_batch_end(self, batch, logs=None):
-        if int(self.model.optimizer.iterations) >= self.step:
-            raise KeyboardInterrupt(f"simulated crash at step {self.step}")
 
 
 def _config(run_dir, multi30k_dir, tfds_dir):
@@ -65,7 +53,7 @@ def test_train_resume_average_load_and_export_on_ram(tmp_path, multi30k_dir):
     with pytest.raises(KeyboardInterrupt):
         # Backups at step 2, at the end of epoch 1 and after step 1 of epoch 2 (step 4, the
         # last one before the crash).
-        train(config, extra_callbacks=[_CrashAt(STEPS + 1)])
+        train(config, extra_callbacks=[CrashAt(STEPS + 1)])
     assert storage.exists(ready_marker(paths))
     assert yaml.safe_load(storage.read_text(paths.config))["training"]["epochs"] == EPOCHS
     assert storage.exists(f"{paths.backup}/latest.weights.h5")

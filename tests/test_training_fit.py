@@ -5,6 +5,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from crash import CrashAt
 from same_step import assert_same_step
 
 from keras_transformer.model_config import TransformerConfig
@@ -172,18 +173,6 @@ def test_fit_without_a_strategy_traces_its_step_once_and_trains_on_every_batch()
     model.fit(six, epochs=1, steps_per_epoch=6, verbose=0)
     assert len(traces) == 1
     assert int(model.optimizer.iterations.numpy()) == 6
-
-
-class CrashAt(keras.callbacks.Callback):
-    """Raises after the optimizer step `step` (1-based), like a killed process."""
-
-    def __init__(self, step):
-        super().__init__()
-        self.step = step
-
-    def on_train_batch_end(self, batch, logs=None):
-        if int(self.model.optimizer.iterations) >= self.step:
-            raise KeyboardInterrupt(f"simulated crash at step {self.step}")
 
 
 def _resumable_model():

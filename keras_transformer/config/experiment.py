@@ -75,6 +75,17 @@ class ExperimentConfig:
                 del values[task]
         return values
 
+    def changes_from(self, other: ExperimentConfig) -> dict[str, tuple[Any, Any]]:
+        """The keys whose values differ from `other`'s, by their dotted names, in the
+        config's order: `{"model.d_model": (32, 64)}` (`other`'s value first)."""
+        mine, theirs = _dotted(self.to_dict()), _dotted(other.to_dict())
+        keys = list(theirs) + [key for key in mine if key not in theirs]
+        return {
+            key: (theirs.get(key), mine.get(key))
+            for key in keys
+            if theirs.get(key) != mine.get(key)
+        }
+
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> ExperimentConfig:
         """Builds and validates a config; `ValueError` on unknown keys or bad values."""
@@ -116,3 +127,14 @@ _DEFAULTS = {
     "data": _defaults(DataConfig),
     "training": _defaults(TrainingConfig),
 }
+
+
+def _dotted(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """`{"model": {"d_model": 32}}` as `{"model.d_model": 32}`."""
+    flat: dict[str, Any] = {}
+    for key, value in values.items():
+        if isinstance(value, dict):
+            flat.update(_dotted(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat

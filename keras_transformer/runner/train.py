@@ -23,7 +23,13 @@ from keras_transformer.config import ExperimentConfig, save_config
 from keras_transformer.data.batching import count_batches, without_autotuning
 from keras_transformer.data.task_sources import TaskData
 from keras_transformer.run_dir import RunPaths, write_labels
+from keras_transformer.runner.resuming import (
+    backup_mismatch,
+    check_not_finished,
+    check_resumable,
+)
 from keras_transformer.tasks import get_task
+from keras_transformer.training.callbacks import BackupMismatchError
 from keras_transformer.training.compile import compile_model
 from keras_transformer.training.run_loop import fit_and_save
 from keras_transformer.training.schedules import TransformerSchedule
@@ -123,8 +129,11 @@ def train(
 
     Raises:
         ValueError: for a run directory that holds a finished run (its `model.keras` and no
-            backup: use a new one), or tokenizers trained with other settings, before
-            anything is written.
+            backup: use a new one), an interrupted run's directory with another model than
+            its `config.yaml`'s (its `model` section but the training-only options), or
+            tokenizers trained with other settings, before anything is written; for an
+            interrupted run whose backup does not fit the model or optimizer (EMA turned on,
+            say), before the first step, its `config.yaml` left as it was.
 
     Example (not run as a doctest: it trains):
 
@@ -142,7 +151,8 @@ def train(
     task = get_task(config)
     t = config.training
     paths = RunPaths(run_dir or t.run_dir)
-    _check_not_finished(paths)
+    check_not_finished(paths)
+    check_resumable(config, paths)
     if strategy is None:
         strategy = make_strategy(t.strategy, t.devices)
     chief = is_chief(strategy)
@@ -153,7 +163,10 @@ def train(
         check_reusable(paths, _tokenizer_settings(task, train_split))
     # The data is found: the run directory is written from here on.
     storage.makedirs(paths.root)
-    if chief:
+    # A resumed run's config.yaml stays the config its backup was taken with until the
+    # backup is restored: a backup that does not fit the rerun's model leaves it as it was.
+    resuming = chief and storage.exists(paths.backup)
+    if chief and not resuming:
         save_config(config, paths.config)
     train_data, tokenizers = training_data(task, paths, strategy, data=train_split)
     # Seeded once the data and tokenizers are ready: preparing a TFDS dataset draws from
@@ -214,43 +227,33 @@ def train(
         model.per_replica_jit_compile,
     )
     callbacks = task.callbacks(validation_data, tokenizers, paths, start=start, chief=chief)
-    history = fit_and_save(
-        model,
-        config,
-        paths,
-        strategy,
-        train_batches,
-        validation_batches,
-        schedule=schedule,
-        steps_per_epoch=steps_per_epoch,
-        start=start,
-        saved_model=model.to_plain,
-        task_callbacks=callbacks,
-        extra_callbacks=extra_callbacks,
-    )
+    if resuming:  # after the backup's restore, the first callback
+        callbacks = [
+            keras.callbacks.LambdaCallback(
+                on_train_begin=lambda logs: save_config(config, paths.config)
+            ),
+            *callbacks,
+        ]
+    try:
+        history = fit_and_save(
+            model,
+            config,
+            paths,
+            strategy,
+            train_batches,
+            validation_batches,
+            schedule=schedule,
+            steps_per_epoch=steps_per_epoch,
+            start=start,
+            saved_model=model.to_plain,
+            task_callbacks=callbacks,
+            extra_callbacks=extra_callbacks,
+        )
+    except BackupMismatchError as error:
+        raise backup_mismatch(error, config, paths) from error
     return TrainingResult(
         history=history, model=model, paths=paths, tokenizers=tokenizers, task=task
     )
-
-
-def _check_not_finished(paths: RunPaths) -> None:
-    """Refuses a run directory whose run ended: `model.keras` saved and no backup left (an
-    interrupted run keeps `backup/` to resume from). Training there again would replace that
-    model and mix a new run's per-epoch weights (which checkpoint averaging reads), logs and
-    BLEU log with the finished run's.
-
-    Raises:
-        ValueError: naming the finished run's model and what to do instead.
-    """
-    if storage.exists(paths.model) and not storage.exists(paths.backup):
-        raise ValueError(
-            f"Received a run directory that holds a finished run: {paths.model} exists and "
-            f"no backup to resume from ({paths.backup}). Training again would replace that "
-            "model and mix the new run's checkpoints, logs and BLEU log with the finished "
-            "run's. Expected a new run directory, or this one without model.keras, "
-            "checkpoints/, logs/ and bleu.jsonl to train it again from new weights (on its "
-            "tokenizers)."
-        )
 
 
 def training_data(

@@ -6,6 +6,7 @@ import importlib.util
 import json
 import logging
 import os
+import warnings
 from collections.abc import Sequence
 
 import keras
@@ -23,6 +24,18 @@ from keras_transformer.validation import check_positive_int
 logger = logging.getLogger(__name__)
 
 
+class BackupMismatchError(ValueError):
+    """A backup that does not fit the model (or optimizer) a run resumes with.
+
+    Attributes:
+        detail: what Keras reported when restoring it.
+    """
+
+    def __init__(self, message: str, detail: str):
+        super().__init__(message)
+        self.detail = detail
+
+
 class ResumableBackupAndRestore(keras.callbacks.BackupAndRestore):
     """`keras.callbacks.BackupAndRestore` that resumes an interrupted epoch where it stopped.
 
@@ -33,6 +46,11 @@ class ResumableBackupAndRestore(keras.callbacks.BackupAndRestore):
     makes exactly `epochs * steps_per_epoch` optimizer steps in all (the data stream is not
     rewound: the resumed epoch draws fresh batches). Place it first among the callbacks
     (before `EarlyStopping`), as `make_callbacks` does.
+
+    A backup that does not fit the model raises `BackupMismatchError` (a `ValueError`)
+    before the first step: Keras raises for layers or shapes that differ, but only warns
+    for an optimizer whose state differs (EMA turned on, say) and trains on with a fresh
+    optimizer, its step (so the learning rate) back at 0.
 
     Args:
         backup_dir: the folder of the backup (used by nothing else).
@@ -71,7 +89,7 @@ class ResumableBackupAndRestore(keras.callbacks.BackupAndRestore):
         self.restored_steps = 0
 
     def on_train_begin(self, logs=None):
-        super().on_train_begin(logs)
+        self._restore()
         if not storage.exists(self._state_path):
             return
         state = json.loads(storage.read_text(self._state_path))
@@ -82,6 +100,35 @@ class ResumableBackupAndRestore(keras.callbacks.BackupAndRestore):
         elif self.steps_per_epoch and steps > 0:
             self._skip = steps
         logger.info("Restored the backup of epoch %d after %d step(s).", epoch + 1, steps)
+
+    def _restore(self) -> None:
+        """Keras' restore, refused (`BackupMismatchError`) when the backup does not fit."""
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                super().on_train_begin()
+            except ValueError as error:
+                if not self.model.built:  # Keras' own error: nothing was restored
+                    raise
+                raise self._mismatch(error) from error
+        skipped = [w for w in caught if "Skipping variable loading" in str(w.message)]
+        for w in caught:
+            if w not in skipped:
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        if skipped:
+            raise self._mismatch(skipped[0].message)
+
+    def _mismatch(self, keras_message: object) -> BackupMismatchError:
+        detail = " ".join(
+            line.strip() for line in str(keras_message).splitlines()[:3] if line.strip()
+        )
+        return BackupMismatchError(
+            f"Received a backup that does not fit the model being trained: {self.backup_dir} "
+            f"holds the state of another model or optimizer (Keras: {detail}). Expected the "
+            "model and optimizer settings of the run that wrote the backup, to resume it, or "
+            "another backup directory.",
+            detail,
+        )
 
     def on_epoch_begin(self, epoch, logs=None):
         # Keras only updates the epoch at epoch end, so backups taken during the first
