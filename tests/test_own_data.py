@@ -16,6 +16,7 @@ import pytest
 import tensorflow as tf
 from crash import CrashAt
 
+from keras_transformer.cli import main
 from keras_transformer.config import load_config
 from keras_transformer.predictors import Translator
 from keras_transformer.run_dir import RunPaths
@@ -124,12 +125,18 @@ def test_a_finished_run_is_not_trained_again_and_keeps_its_files(holdout_run, co
     assert _contents(paths.root) == before  # nothing written, nothing removed
 
 
-def test_an_interrupted_run_resumes_only_as_its_own_model_and_keeps_its_files(corpus, tmp_path):
+def test_an_interrupted_run_averages_to_a_model_and_resumes_only_as_its_own_model(corpus, tmp_path):
     paths = RunPaths(str(tmp_path / "run"))
     interrupted = ["training.epochs=2", "training.backup_freq=1"]
     with pytest.raises(KeyboardInterrupt):
         train(_config(paths.root, corpus, *interrupted), extra_callbacks=[CrashAt(4)])
     assert os.path.isdir(paths.backup) and not os.path.exists(paths.model)
+    # Its first epoch's weights as a model, before the run's end: built from its config.
+    assert main(["average", paths.root, "--last", "1"]) == 0
+    model = keras.models.load_model(paths.model)
+    averaged = model.get_weights()
+    model.load_weights(os.path.join(paths.checkpoints, "epoch-001.weights.h5"))
+    assert all((a == b).all() for a, b in zip(averaged, model.get_weights(), strict=True))
     before = _contents(paths.root)
     # Another model: one whose weights would not fit the backup, one whose weights would
     # (4 heads of 8 where the run trained 2 of 16), both refused before anything is written;
@@ -154,6 +161,8 @@ def test_an_interrupted_run_resumes_only_as_its_own_model_and_keeps_its_files(co
     result = train(load_config(paths.config, ["model.remat=true"]))
     assert int(result.model.optimizer.iterations) == 2 * 3
     assert os.path.isfile(paths.model) and not os.path.exists(paths.backup)
+    end = keras.models.load_model(paths.model).get_weights()  # the end's model replaced it
+    assert not all((a == b).all() for a, b in zip(averaged, end, strict=True))
     assert load_config(paths.config).model.remat
 
 

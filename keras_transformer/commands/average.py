@@ -14,7 +14,11 @@ logger = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run_dir", help="the training run directory")
+    parser.add_argument(
+        "run_dir",
+        help="the training run directory; one interrupted before saving model.keras too (its "
+        "model built from its config.yaml; the run still resumes from its backup)",
+    )
     parser.add_argument(
         "--last",
         type=int,
@@ -30,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from keras_transformer.run_dir import RunPaths, load_run
+    from keras_transformer.run_dir import RunPaths
     from keras_transformer.training.averaging import average_weights
     from keras_transformer.training.budget import epoch_weight_files
 
@@ -49,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
             args.last,
         )
         return 2
-    model, _, _ = load_run(args.run_dir)
+    model = _run_model(paths)
     average_weights(model, files[-args.last :])
     output = args.output or paths.model
     tmp = f"{output}.tmp-{os.getpid()}.keras"
@@ -67,3 +71,19 @@ def run(args: argparse.Namespace) -> int:
         f"{output}: the average of {', '.join(map(os.path.basename, files[-args.last :]))}\n"
     )
     return 0
+
+
+def _run_model(paths):
+    """The run's plain model: its `model.keras`, else (a run interrupted before its end) the
+    model as its training builds it, from its `config.yaml` and tokenizers."""
+    from keras_transformer.run_dir import load_run, read_labels
+    from keras_transformer.runner import run_config
+    from keras_transformer.tasks import get_task
+    from keras_transformer.training.tokenizer_files import load_tokenizers
+
+    if storage.exists(paths.model):
+        return load_run(paths.root)[0]
+    logger.info("No %s (an unfinished run): the model is built from its config.", paths.model)
+    task = get_task(run_config(paths.root))
+    labels = read_labels(paths.root) if task.labelled else None
+    return task.build_model(load_tokenizers(paths), labels).to_plain()
