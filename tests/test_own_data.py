@@ -21,6 +21,8 @@ from keras_transformer.config import load_config
 from keras_transformer.predictors import Translator
 from keras_transformer.run_dir import RunPaths
 from keras_transformer.runner import evaluate_run, train
+from keras_transformer.training.averaging import average_weights
+from keras_transformer.training.budget import epoch_weight_files
 from keras_transformer.training.tokenizer_files import settings_file
 
 pytestmark = pytest.mark.slow
@@ -164,6 +166,35 @@ def test_an_interrupted_run_averages_to_a_model_and_resumes_only_as_its_own_mode
     end = keras.models.load_model(paths.model).get_weights()  # the end's model replaced it
     assert not all((a == b).all() for a, b in zip(averaged, end, strict=True))
     assert load_config(paths.config).model.remat
+
+
+class _KilledAtTrainEnd(keras.callbacks.Callback):
+    """Raises when `fit` ends, before the run saves its model, as a killed process would
+    stop (after the backup callback's own end, which deleted the backup in Keras' order)."""
+
+    def on_train_end(self, logs=None):
+        raise KeyboardInterrupt("killed before the model was saved")
+
+
+def test_a_run_killed_before_saving_its_model_saves_it_when_run_again(corpus, tmp_path):
+    paths = RunPaths(str(tmp_path / "run"))
+    config = _config(paths.root, corpus, "training.epochs=2", "training.average_last=2")
+    with pytest.raises(KeyboardInterrupt):
+        train(config, extra_callbacks=[_KilledAtTrainEnd()])
+    # The backup stays until the model is saved (a run without either trained anew).
+    assert os.path.isdir(paths.backup) and not os.path.exists(paths.model)
+    result = train(config)
+    assert result.history.epoch == []  # its backup was taken at the end of its last epoch
+    assert int(result.model.optimizer.iterations) == 2 * 3
+    assert os.path.isfile(paths.model) and not os.path.exists(paths.backup)
+    saved = keras.models.load_model(paths.model)
+    averaged = average_weights(
+        keras.models.load_model(paths.model), epoch_weight_files(paths.checkpoints)
+    )
+    assert len(epoch_weight_files(paths.checkpoints)) == 2
+    assert all(
+        (a == b).all() for a, b in zip(saved.get_weights(), averaged.get_weights(), strict=True)
+    )
 
 
 def test_the_run_directory_refuses_other_tokenizer_settings_and_keeps_its_files(

@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     final = {k: v[-1] for k, v in result.history.history.items() if v}
     logger.info(
         "Done: %s; run directory %s",
-        ", ".join(f"{k}={v:.4g}" for k, v in sorted(final.items())),
+        ", ".join(f"{k}={v:.4g}" for k, v in sorted(final.items())) or "no epoch was left to train",
         result.paths.root,
     )
     return 0

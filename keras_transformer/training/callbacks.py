@@ -211,6 +211,7 @@ def make_callbacks(
     task_callbacks: Sequence[keras.callbacks.Callback] = (),
     schedule=None,
     planned_steps: int | None = None,
+    delete_backup: bool = True,
 ) -> list[keras.callbacks.Callback]:
     """The callbacks of a training run, in a working order.
 
@@ -237,6 +238,8 @@ def make_callbacks(
         schedule: the optimizer's `TransformerSchedule`: with `max_minutes` and a linear
             or cosine decay, `budget.BudgetHorizon` ends the decay with the budget.
         planned_steps: `epochs * steps_per_epoch`, the decay's end without a budget.
+        delete_backup: delete the backup when training ends (False: the caller deletes
+            it, as `fit_and_save` does once the trained model is saved).
 
     Returns:
         `[TerminateOnNaN, ResumableBackupAndRestore, SwapEMAWeights, TimeBudget,
@@ -251,7 +254,10 @@ def make_callbacks(
         # Before the EMA swap: backups hold the raw weights and the EMA where they belong.
         callbacks.append(
             ResumableBackupAndRestore(
-                backup_dir, save_freq=backup_freq, steps_per_epoch=steps_per_epoch
+                backup_dir,
+                save_freq=backup_freq,
+                steps_per_epoch=steps_per_epoch,
+                delete_checkpoint=delete_backup,
             )
         )
     swap = keras.callbacks.SwapEMAWeights(swap_on_epoch=True) if use_ema else None

@@ -16,7 +16,7 @@ from keras_transformer.training.averaging import average_weights
 from keras_transformer.training.budget import epoch_weight_files
 from keras_transformer.training.callbacks import make_callbacks
 from keras_transformer.training.schedules import TransformerSchedule
-from keras_transformer.training.strategies import is_chief, worker_id
+from keras_transformer.training.strategies import is_chief, sync_workers, worker_id
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ def fit_and_save(
 ) -> keras.callbacks.History:
     """The run loop every task shares: the run's callbacks, `model.fit`, checkpoint
     averaging (`training.average_last`), then the chief saves `saved_model()` as
-    `model.keras`.
+    `model.keras`, and each worker deletes its backup.
 
     Args:
         model: the compiled model.
@@ -83,6 +83,7 @@ def fit_and_save(
         task_callbacks=task_callbacks,
         schedule=schedule,
         planned_steps=t.epochs * steps_per_epoch,
+        delete_backup=False,  # once the model is saved, below
     )
     callbacks += list(extra_callbacks or [])
     history = model.fit(
@@ -106,4 +107,11 @@ def fit_and_save(
             paths.model,
             (time.monotonic() - start) / 60,
         )
+    # The backups go once the model is saved (every worker waits for the chief): a run
+    # killed before keeps them, and its rerun restores them (no step left to train),
+    # averages and saves the model. Deleted earlier, the rerun would train anew beside the
+    # run's per-epoch weights (a worker without its backup, out of step with the others).
+    sync_workers(strategy)
+    if storage.exists(paths.backup + suffix):
+        storage.rmtree(paths.backup + suffix)
     return history

@@ -111,6 +111,20 @@ def is_chief(strategy=None) -> bool:
     return task_type == "worker" and task_id == 0 and "chief" not in cluster
 
 
+def sync_workers(strategy) -> None:
+    """Returns once every worker has called it (an all-reduce of one number across the
+    workers; nothing to wait for outside multi-worker training)."""
+    if not in_multi_worker_mode(strategy):
+        return
+
+    @tf.function
+    def all_reduce():
+        ones = strategy.run(lambda: tf.constant(1.0))  # (), on each replica
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, ones, axis=None)
+
+    all_reduce()
+
+
 def worker_id(strategy=None) -> int:
     """The worker's task index under multi-worker training (0 otherwise)."""
     strategy = strategy if strategy is not None else tf.distribute.get_strategy()
