@@ -115,9 +115,18 @@ def load_run(root: str):
     paths = RunPaths(root)
     for required in (paths.model, paths.source_tokenizer, paths.target_tokenizer):
         if not storage.exists(required):
+            unfinished = required == paths.model and storage.exists(paths.backup)
             raise FileNotFoundError(
                 f"Received an incomplete run directory {root!r}: expected {required!r} to "
                 "exist (see keras_transformer.run_dir for the layout)."
+                + (
+                    " The run was interrupted before its end (its backup is there): resume "
+                    "it with the same `keras-transformer train` command, or save the average "
+                    "of its last epochs' weights as its model with `keras-transformer average "
+                    f"{root} --last N`."
+                    if unfinished
+                    else ""
+                )
             )
     model = keras.models.load_model(paths.model)
     return (

@@ -133,6 +133,10 @@ def test_an_interrupted_run_averages_to_a_model_and_resumes_only_as_its_own_mode
     with pytest.raises(KeyboardInterrupt):
         train(_config(paths.root, corpus, *interrupted), extra_callbacks=[CrashAt(4)])
     assert os.path.isdir(paths.backup) and not os.path.exists(paths.model)
+    # No model to translate with yet: the error says how to get one.
+    with pytest.raises(FileNotFoundError, match="interrupted") as error:
+        Translator.from_run_dir(paths.root)
+    assert f"keras-transformer average {paths.root} --last N" in str(error.value)
     # Its first epoch's weights as a model, before the run's end: built from its config.
     assert main(["average", paths.root, "--last", "1"]) == 0
     model = keras.models.load_model(paths.model)
