@@ -171,6 +171,14 @@ def backup_files(callback: keras.callbacks.BackupAndRestore) -> tuple[str, str]:
     return callback._weights_path, callback._training_metadata_path
 
 
+def set_backup_files(
+    callback: keras.callbacks.BackupAndRestore, weights: str, metadata: str
+) -> None:
+    """Sets the two files `BackupAndRestore._save_model` writes (its `_weights_path` and
+    `_training_metadata_path`)."""
+    callback._weights_path, callback._training_metadata_path = weights, metadata
+
+
 def backup_epoch(callback: keras.callbacks.BackupAndRestore) -> int:
     """The epoch `BackupAndRestore._save_model` records (its `_current_epoch`)."""
     return callback._current_epoch

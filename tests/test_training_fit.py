@@ -219,6 +219,62 @@ def test_interrupted_run_resumes_mid_epoch(tmp_path):
     assert not tf.io.gfile.exists(backup)  # deleted once training finished
 
 
+class KilledWhileBackingUp(keras.callbacks.Callback):
+    """Kills the process while it writes the first backup under `backup_dir` after the
+    optimizer step `step`: half of the weights file written, then `KeyboardInterrupt`."""
+
+    def __init__(self, backup_dir, step):
+        super().__init__()
+        self.backup_dir, self.step = backup_dir, step
+
+    def on_train_begin(self, logs=None):
+        save_weights = self.model.save_weights
+
+        def killed_midway(filepath, *args, **kwargs):
+            save_weights(filepath, *args, **kwargs)
+            if str(filepath).startswith(self.backup_dir) and (
+                int(self.model.optimizer.iterations) >= self.step
+            ):
+                with open(filepath, "rb") as f:
+                    data = f.read()
+                with open(filepath, "wb") as f:
+                    f.write(data[: len(data) // 2])
+                raise KeyboardInterrupt("killed while writing the backup")
+
+        self.model.save_weights = killed_midway
+
+
+@pytest.mark.slow
+def test_a_backup_killed_while_written_leaves_the_last_one_whole(tmp_path):
+    backup = str(tmp_path / "backup")
+    steps, epochs = 6, 2
+
+    def callbacks():
+        return make_callbacks(backup_dir=backup, backup_freq=2, steps_per_epoch=steps)
+
+    model = _resumable_model()
+    with pytest.raises(KeyboardInterrupt):
+        # A whole backup after step 2; killed while writing the one after step 4.
+        model.fit(
+            dataset(512, 16),
+            epochs=epochs,
+            steps_per_epoch=steps,
+            callbacks=[*callbacks(), KilledWhileBackingUp(backup, 4)],
+            verbose=0,
+        )
+    restarted = _resumable_model()
+    backup_callback = next(c for c in callbacks() if isinstance(c, ResumableBackupAndRestore))
+    restarted.fit(
+        dataset(512, 16),
+        epochs=epochs,
+        steps_per_epoch=steps,
+        callbacks=[backup_callback],
+        verbose=0,
+    )
+    assert (backup_callback.restored_epoch, backup_callback.restored_steps) == (0, 2)
+    assert int(restarted.optimizer.iterations) == epochs * steps
+
+
 @pytest.mark.slow
 def test_resume_after_a_complete_epoch(tmp_path):
     backup = str(tmp_path / "backup")

@@ -17,6 +17,7 @@ from keras_transformer.compat import (
     backup_files,
     finalize_ema_values,
     set_backup_epoch,
+    set_backup_files,
     set_initial_epoch,
 )
 from keras_transformer.validation import check_positive_int
@@ -159,13 +160,25 @@ class ResumableBackupAndRestore(keras.callbacks.BackupAndRestore):
             self._save_model()
 
     def _save_model(self):
-        for path in backup_files(self):
-            storage.clear_for_rewrite(path)  # Keras overwrites them (ram:// would append)
-        super()._save_model()
-        storage.write_text(
-            self._state_path,
-            json.dumps({"epoch": backup_epoch(self), "steps": self._steps_done}),
+        # Written beside the backup's files, then moved over them: a process killed while
+        # it writes leaves the last backup whole (a half-written one cannot be restored).
+        final = (*backup_files(self), self._state_path)
+        partial = tuple(
+            os.path.join(os.path.dirname(path), f"partial-{os.path.basename(path)}")
+            for path in final
         )
+        for path in partial:
+            storage.clear_for_rewrite(path)  # Keras overwrites them (ram:// would append)
+        set_backup_files(self, *partial[:2])
+        try:
+            super()._save_model()
+        finally:
+            set_backup_files(self, *final[:2])
+        storage.write_text(
+            partial[2], json.dumps({"epoch": backup_epoch(self), "steps": self._steps_done})
+        )
+        for source, destination in zip(partial, final, strict=True):
+            storage.replace(source, destination)
 
 
 def tensorboard_available() -> bool:
