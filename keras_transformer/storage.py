@@ -139,6 +139,31 @@ def clear_for_rewrite(path: str) -> None:
         remove(path)
 
 
+@contextlib.contextmanager
+def written_beside(path: str) -> Iterator[str]:
+    """A file beside `path` to write instead of it, moved over `path` when the block ends
+    (removed when it raises): a process killed while writing leaves `path` as it was, never
+    half written. Its name is `partial-` and `path`'s own, so it keeps the ending that Keras
+    checks (`.keras`, `.weights.h5`).
+
+    Example:
+
+    ```python
+    with written_beside("runs/x/model.keras") as partial:
+        model.save(partial)
+    ```
+    """
+    partial = os.path.join(parent(path), f"partial-{os.path.basename(path)}")
+    clear_for_rewrite(partial)  # a killed writer's leftover, on ram://
+    try:
+        yield partial
+    except BaseException:
+        if exists(partial):
+            remove(partial)
+        raise
+    replace(partial, path)
+
+
 def open_file(path: str, mode: str = "r") -> IO:
     """Opens `path` (`tf.io.gfile.GFile`); text modes read and write UTF-8 `str`.
 

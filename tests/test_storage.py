@@ -54,6 +54,24 @@ def test_helpers_on_ram():
     assert not storage.exists(root)
 
 
+@pytest.mark.parametrize("scheme", ["local", "ram"])
+def test_a_file_written_beside_replaces_its_target_only_when_whole(scheme, tmp_path):
+    root = str(tmp_path) if scheme == "local" else _ram("beside")
+    path = f"{root}/model.keras"
+    storage.write_text(path, "the last whole model")
+    with pytest.raises(KeyboardInterrupt), storage.written_beside(path) as partial:
+        assert partial.endswith(".keras") and partial != path
+        storage.write_text(partial, "half of a mod")
+        raise KeyboardInterrupt  # killed while writing
+    assert storage.read_text(path) == "the last whole model"
+    assert storage.listdir(root) == ["model.keras"]  # nothing half written left
+    with storage.written_beside(path) as partial:
+        storage.write_text(partial, "the next model")
+        assert storage.read_text(path) == "the last whole model"  # until the block ends
+    assert storage.read_text(path) == "the next model"
+    assert storage.listdir(root) == ["model.keras"]
+
+
 def _endpoint():
     layer = keras.layers.Dense(3)
     layer.build((None, 2))

@@ -56,13 +56,8 @@ def run(args: argparse.Namespace) -> int:
     model = _run_model(paths)
     average_weights(model, files[-args.last :])
     output = args.output or paths.model
-    tmp = f"{output}.tmp-{os.getpid()}.keras"
-    try:
-        model.save(tmp)
-        storage.replace(tmp, output)  # never a half-written model at `output`
-    finally:
-        if storage.exists(tmp):
-            storage.remove(tmp)
+    with storage.written_beside(output) as partial:  # never a half-written model at `output`
+        model.save(partial)
     storage.write_text(
         os.path.join(paths.root, "averaged.json"),
         json.dumps({"output": output, "checkpoints": files[-args.last :]}, indent=2),

@@ -136,8 +136,8 @@ class BleuCallback(keras.callbacks.Callback):
         if self.best is None or bleu > self.best:
             self.best = bleu
             if self.best_weights_path:
-                storage.clear_for_rewrite(self.best_weights_path)
-                self.model.save_weights(self.best_weights_path)
+                with storage.written_beside(self.best_weights_path) as partial:
+                    self.model.save_weights(partial)
 
 
 # The fields of each line of a run's `bleu.jsonl` (`BleuCallback(log_path=...)`).

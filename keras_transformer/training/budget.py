@@ -138,7 +138,8 @@ class EpochWeights(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         storage.makedirs(self.directory)
         path = os.path.join(self.directory, EPOCH_WEIGHTS_PATTERN.format(epoch=epoch + 1))
-        self.model.save_weights(path)
+        with storage.written_beside(path) as partial:  # never half written: averaging reads it
+            self.model.save_weights(partial)
         for old in epoch_weight_files(self.directory)[: -self.keep]:
             storage.remove(old)
 

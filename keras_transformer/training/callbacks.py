@@ -160,25 +160,23 @@ class ResumableBackupAndRestore(keras.callbacks.BackupAndRestore):
             self._save_model()
 
     def _save_model(self):
-        # Written beside the backup's files, then moved over them: a process killed while
-        # it writes leaves the last backup whole (a half-written one cannot be restored).
-        final = (*backup_files(self), self._state_path)
-        partial = tuple(
-            os.path.join(os.path.dirname(path), f"partial-{os.path.basename(path)}")
-            for path in final
-        )
-        for path in partial:
-            storage.clear_for_rewrite(path)  # Keras overwrites them (ram:// would append)
-        set_backup_files(self, *partial[:2])
-        try:
-            super()._save_model()
-        finally:
-            set_backup_files(self, *final[:2])
-        storage.write_text(
-            partial[2], json.dumps({"epoch": backup_epoch(self), "steps": self._steps_done})
-        )
-        for source, destination in zip(partial, final, strict=True):
-            storage.replace(source, destination)
+        # Each file written beside the backup's own and moved over it (the weights first):
+        # a process killed while writing leaves the last backup whole (a half-written one
+        # cannot be restored).
+        weights_path, metadata_path = backup_files(self)
+        with (
+            storage.written_beside(self._state_path) as state,
+            storage.written_beside(metadata_path) as metadata,
+            storage.written_beside(weights_path) as weights,
+        ):
+            set_backup_files(self, weights, metadata)
+            try:
+                super()._save_model()
+            finally:
+                set_backup_files(self, weights_path, metadata_path)
+            storage.write_text(
+                state, json.dumps({"epoch": backup_epoch(self), "steps": self._steps_done})
+            )
 
 
 def tensorboard_available() -> bool:

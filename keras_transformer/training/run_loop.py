@@ -100,8 +100,8 @@ def fit_and_save(
         files = epoch_weight_files(paths.checkpoints + suffix)[-t.average_last :]
         average_weights(model, files)
     if chief:
-        storage.clear_for_rewrite(paths.model)
-        saved_model().save(paths.model)
+        with storage.written_beside(paths.model) as partial:
+            saved_model().save(partial)
         logger.info(
             "Saved the trained model to %s after %.1f minutes.",
             paths.model,
