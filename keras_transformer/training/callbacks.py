@@ -58,8 +58,9 @@ class ResumableBackupAndRestore(keras.callbacks.BackupAndRestore):
         save_freq: `"epoch"` or a number of steps between backups.
         steps_per_epoch: the steps of an epoch; without it an interrupted epoch restarts
             from its beginning, as with Keras' callback.
-        **kwargs: passed to `keras.callbacks.BackupAndRestore` (`double_checkpoint`,
-            `delete_checkpoint`).
+        delete_checkpoint: delete the backup when training ends (Keras' argument). Keras'
+            `double_checkpoint` (a copy of the last backup, for one left half written) is
+            not needed: each backup is written beside the last and moved over it.
 
     Example (not run as a doctest: it trains a model):
 
@@ -76,9 +77,9 @@ class ResumableBackupAndRestore(keras.callbacks.BackupAndRestore):
         backup_dir: str,
         save_freq: int | str = "epoch",
         steps_per_epoch: int | None = None,
-        **kwargs,
+        delete_checkpoint: bool = True,
     ):
-        super().__init__(backup_dir, save_freq=save_freq, **kwargs)
+        super().__init__(backup_dir, save_freq=save_freq, delete_checkpoint=delete_checkpoint)
         if steps_per_epoch is not None:
             check_positive_int("steps_per_epoch", steps_per_epoch)
         self.steps_per_epoch = steps_per_epoch
