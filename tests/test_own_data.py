@@ -144,13 +144,19 @@ def test_an_interrupted_run_averages_to_a_model_and_resumes_only_as_its_own_mode
     model.load_weights(os.path.join(paths.checkpoints, "epoch-001.weights.h5"))
     assert all((a == b).all() for a, b in zip(averaged, model.get_weights(), strict=True))
     before = _contents(paths.root)
-    # Another model: one whose weights would not fit the backup, one whose weights would
-    # (4 heads of 8 where the run trained 2 of 16), both refused before anything is written;
-    # another optimizer (EMA adds state: Keras would only warn and train on from step 0 of a
-    # fresh optimizer), refused by the restore, before the first step.
+    # Another model: one whose weights would not fit the backup, two whose weights would
+    # (4 heads of 8 where the run trained 2 of 16; sources without the EOS it trained on),
+    # refused before anything is written; another optimizer (EMA adds state: Keras would
+    # only warn and train on from step 0 of a fresh optimizer), refused by the restore,
+    # before the first step.
     for override, named, match in [
         ("model.d_model=48", "model.d_model=48 (the run's: 32)", "model differs"),
         ("model.num_heads=4", "model.num_heads=4 (the run's: 2)", "model differs"),
+        (
+            "translation.source_eos=false",
+            "translation.source_eos=False (the run's: True)",
+            "model differs",
+        ),
         ("training.use_ema=true", "training.use_ema=True (the run's: False)", "does not fit"),
     ]:
         with pytest.raises(ValueError, match=match) as error:

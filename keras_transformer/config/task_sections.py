@@ -6,7 +6,9 @@ validates its own values and names the keys of the shared sections (`model`, `da
 `training`) that its task does not read (`unread_keys`): setting one of those is an error
 that names it, never silently dropped. Its `tokenizer_keys` are its keys that choose the texts
 the run's tokenizers learn from (a run directory's tokenizers are reused only for the same
-values: `keras_transformer.training.tokenizer_files`).
+values: `keras_transformer.training.tokenizer_files`), its `model_keys` those that change the
+model it builds beside the `model` section (an interrupted run resumes only with the same:
+`keras_transformer.runner.resuming`).
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ class TranslationConfig:
 
     unread_keys: ClassVar[tuple[str, ...]] = ()
     tokenizer_keys: ClassVar[tuple[str, ...]] = ("source_lang", "target_lang", "target_path")
+    model_keys: ClassVar[tuple[str, ...]] = ("source_eos",)
 
     def validate(self, config: Any) -> None:
         m = config.model
@@ -125,6 +128,7 @@ class TaggingConfig:
 
     unread_keys: ClassVar[tuple[str, ...]] = _ENCODER_UNREAD
     tokenizer_keys: ClassVar[tuple[str, ...]] = ("words_feature",)
+    model_keys: ClassVar[tuple[str, ...]] = ()
 
     def validate(self, config: Any) -> None:
         _check_max_length("tagging.max_length", self.max_length, config.model.max_length)
@@ -156,6 +160,7 @@ class ClassificationConfig:
 
     unread_keys: ClassVar[tuple[str, ...]] = _ENCODER_UNREAD
     tokenizer_keys: ClassVar[tuple[str, ...]] = ("text_feature",)
+    model_keys: ClassVar[tuple[str, ...]] = ("pooling",)
 
     def validate(self, config: Any) -> None:
         check_one_of("classification.pooling", self.pooling, POOLINGS)
@@ -187,6 +192,7 @@ class LanguageModelingConfig:
 
     unread_keys: ClassVar[tuple[str, ...]] = _DECODER_UNREAD
     tokenizer_keys: ClassVar[tuple[str, ...]] = ("text_feature", "document_separator")
+    model_keys: ClassVar[tuple[str, ...]] = ()
 
     def validate(self, config: Any) -> None:
         _check_max_length(

@@ -33,10 +33,11 @@ def check_not_finished(paths: RunPaths) -> None:
 
 
 def check_resumable(config: ExperimentConfig, paths: RunPaths) -> None:
-    """Refuses to resume an interrupted run (its `backup/`) as another architecture: the
-    backup holds weights trained as the one its `config.yaml` describes (the `model`
-    section but its training-only options, `TRAINING_ONLY`). A change that also changes the
-    weights' or the optimizer's shapes is refused by the restore itself (`fit_and_save`).
+    """Refuses to resume an interrupted run (its `backup/`) as another model: the backup
+    holds weights trained as the one its `config.yaml` describes (the `model` section but
+    its training-only options, `TRAINING_ONLY`, and the task section's `model_keys`). A
+    change that also changes the weights' or the optimizer's shapes is refused by the
+    restore itself (`fit_and_save`).
 
     Raises:
         ValueError: naming each architecture key that differs, with the run's value.
@@ -44,10 +45,12 @@ def check_resumable(config: ExperimentConfig, paths: RunPaths) -> None:
     saved = _saved_config(paths) if storage.exists(paths.backup) else None
     if saved is None:
         return
+    model_keys = {f"{config.task}.{key}" for key in config.section.model_keys}
     changes = {
         key: values
         for key, values in config.changes_from(saved).items()
-        if key.startswith("model.") and key.split(".", 1)[1] not in TRAINING_ONLY
+        if key in model_keys
+        or (key.startswith("model.") and key.split(".", 1)[1] not in TRAINING_ONLY)
     }
     if changes:
         raise ValueError(
