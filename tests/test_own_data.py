@@ -8,8 +8,10 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 import keras
 import pytest
@@ -50,6 +52,10 @@ def corpus(tmp_path_factory, multi30k_dir):
 
 
 def _config(run_dir, corpus=None, *overrides):
+    return load_config(None, _overrides(run_dir, corpus, *overrides))
+
+
+def _overrides(run_dir, corpus=None, *overrides):
     values = [
         f"training.run_dir={run_dir}",
         "data.vocab_size=400",
@@ -70,7 +76,7 @@ def _config(run_dir, corpus=None, *overrides):
     ]
     if corpus is not None:
         values += [f"data.source={corpus['de']}", f"translation.target_path={corpus['en']}"]
-    return load_config(None, values)
+    return values
 
 
 @pytest.fixture(scope="module")
@@ -176,6 +182,57 @@ def test_an_interrupted_run_averages_to_a_model_and_resumes_only_as_its_own_mode
     end = keras.models.load_model(paths.model).get_weights()  # the end's model replaced it
     assert not all((a == b).all() for a, b in zip(averaged, end, strict=True))
     assert load_config(paths.config).model.remat
+
+
+# Trains `load_config(None, argv[1])`, writing the index of each step it starts to argv[2].
+_STEPPING_RUN = """
+import json, sys
+import keras
+from keras_transformer.config import load_config
+from keras_transformer.runner import train
+
+class Steps(keras.callbacks.Callback):
+    def on_train_batch_begin(self, batch, logs=None):
+        with open(sys.argv[2], "w") as f:
+            f.write(str(batch))
+
+train(load_config(None, json.loads(sys.argv[1])), extra_callbacks=[Steps()])
+"""
+
+
+def test_sigterm_backs_the_run_up_at_the_end_of_its_step_and_ends_it(corpus, tmp_path, caplog):
+    paths = RunPaths(str(tmp_path / "run"))
+    # No backup before the epoch's end but the one SIGTERM asks for.
+    overrides = _overrides(
+        paths.root, corpus, "training.steps_per_epoch=100", "training.backup_freq=1000"
+    )
+    marker = tmp_path / "step"
+    process = subprocess.Popen(
+        [sys.executable, "-c", _STEPPING_RUN, json.dumps(overrides), str(marker)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while not (marker.exists() and marker.read_text() and int(marker.read_text()) >= 3):
+            assert process.poll() is None, process.stderr.read()[-3000:]
+            assert time.monotonic() < deadline, "the run made no 3 steps in 240 s"
+            time.sleep(0.05)
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        process.kill()
+    assert process.returncode == -signal.SIGTERM, stderr[-3000:]  # ended by the signal
+    assert "Received SIGTERM" in stderr
+    state = json.loads((tmp_path / "run" / "backup" / "resume_state.json").read_text())
+    assert state["epoch"] == 0 and 3 <= state["steps"] < 100, state
+    assert not os.path.exists(paths.model)
+    # Resumed from the step SIGTERM ended, to the epoch's 100 steps.
+    with caplog.at_level(logging.INFO, logger="keras_transformer"):
+        result = train(_config(paths.root, corpus, "training.steps_per_epoch=100"))
+    assert f"Restored the backup of epoch 1 after {state['steps']} step(s)." in caplog.text
+    assert int(result.model.optimizer.iterations) == 100
 
 
 class _KilledAtTrainEnd(keras.callbacks.Callback):

@@ -150,6 +150,10 @@ class ResumableBackupAndRestore(keras.callbacks.BackupAndRestore):
             self.model.stop_training = True
             self._stopped_epoch = True
 
+    def back_up(self) -> None:
+        """Writes the backup now (the steps of the epoch done so far)."""
+        self._save_model()
+
     def on_epoch_end(self, epoch, logs=None):
         if self._stopped_epoch:
             self.model.stop_training = False
@@ -224,6 +228,7 @@ def make_callbacks(
     schedule=None,
     planned_steps: int | None = None,
     delete_backup: bool = True,
+    backup_on_terminate: bool = False,
 ) -> list[keras.callbacks.Callback]:
     """The callbacks of a training run, in a working order.
 
@@ -252,12 +257,14 @@ def make_callbacks(
         planned_steps: `epochs * steps_per_epoch`, the decay's end without a budget.
         delete_backup: delete the backup when training ends (False: the caller deletes
             it, as `fit_and_save` does once the trained model is saved).
+        backup_on_terminate: a SIGTERM backs up at the end of the step, then ends the
+            process (`preemption.BackupOnTerminate`; one worker only).
 
     Returns:
-        `[TerminateOnNaN, ResumableBackupAndRestore, SwapEMAWeights, TimeBudget,
-        EpochWeights, ModelCheckpoint x2, *task_callbacks, BudgetHorizon, TensorBoard,
-        EarlyStopping, FinalizeEMAOnStop]`, without the disabled ones. Callbacks that may
-        stop training belong before `FinalizeEMAOnStop`.
+        `[TerminateOnNaN, ResumableBackupAndRestore, BackupOnTerminate, SwapEMAWeights,
+        TimeBudget, EpochWeights, ModelCheckpoint x2, *task_callbacks, BudgetHorizon,
+        TensorBoard, EarlyStopping, FinalizeEMAOnStop]`, without the disabled ones.
+        Callbacks that may stop training belong before `FinalizeEMAOnStop`.
     """
     from keras_transformer.training.budget import BudgetHorizon, EpochWeights, TimeBudget
 
@@ -272,6 +279,10 @@ def make_callbacks(
                 delete_checkpoint=delete_backup,
             )
         )
+        if backup_on_terminate:
+            from keras_transformer.training.preemption import BackupOnTerminate
+
+            callbacks.append(BackupOnTerminate(callbacks[-1]))
     swap = keras.callbacks.SwapEMAWeights(swap_on_epoch=True) if use_ema else None
     if swap is not None:
         callbacks.append(swap)

@@ -10,6 +10,7 @@ import keras
 import tensorflow as tf
 
 from keras_transformer import storage
+from keras_transformer.compat import in_multi_worker_mode
 from keras_transformer.config import ExperimentConfig
 from keras_transformer.run_dir import RunPaths
 from keras_transformer.training.averaging import average_weights
@@ -84,6 +85,7 @@ def fit_and_save(
         schedule=schedule,
         planned_steps=t.epochs * steps_per_epoch,
         delete_backup=False,  # once the model is saved, below
+        backup_on_terminate=not in_multi_worker_mode(strategy),
     )
     callbacks += list(extra_callbacks or [])
     history = model.fit(
