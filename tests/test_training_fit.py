@@ -1,6 +1,8 @@
 """`fit` end to end: learning a synthetic task, MirroredStrategy (with and without XLA),
 kill-and-resume, rematerialization and mixed precision."""
 
+import signal
+
 import keras
 import numpy as np
 import pytest
@@ -16,6 +18,7 @@ from keras_transformer.training import (
     compile_model,
     make_callbacks,
 )
+from keras_transformer.training.preemption import BackupOnTerminate
 
 VOCAB = 16
 
@@ -273,6 +276,15 @@ def test_a_backup_killed_while_written_leaves_the_last_one_whole(tmp_path):
     )
     assert (backup_callback.restored_epoch, backup_callback.restored_steps) == (0, 2)
     assert int(restarted.optimizer.iterations) == epochs * steps
+
+
+def test_sigterm_is_held_only_inside_the_block_even_when_it_raises(tmp_path):
+    before = signal.getsignal(signal.SIGTERM)
+    backup = ResumableBackupAndRestore(str(tmp_path / "backup"))
+    with pytest.raises(KeyboardInterrupt), BackupOnTerminate(backup):
+        assert signal.getsignal(signal.SIGTERM) != before  # held for the training step
+        raise KeyboardInterrupt  # fit stopped by an error: no on_train_end
+    assert signal.getsignal(signal.SIGTERM) == before
 
 
 @pytest.mark.slow

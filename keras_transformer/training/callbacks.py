@@ -228,7 +228,6 @@ def make_callbacks(
     schedule=None,
     planned_steps: int | None = None,
     delete_backup: bool = True,
-    backup_on_terminate: bool = False,
 ) -> list[keras.callbacks.Callback]:
     """The callbacks of a training run, in a working order.
 
@@ -257,14 +256,12 @@ def make_callbacks(
         planned_steps: `epochs * steps_per_epoch`, the decay's end without a budget.
         delete_backup: delete the backup when training ends (False: the caller deletes
             it, as `fit_and_save` does once the trained model is saved).
-        backup_on_terminate: a SIGTERM backs up at the end of the step, then ends the
-            process (`preemption.BackupOnTerminate`; one worker only).
 
     Returns:
-        `[TerminateOnNaN, ResumableBackupAndRestore, BackupOnTerminate, SwapEMAWeights,
-        TimeBudget, EpochWeights, ModelCheckpoint x2, *task_callbacks, BudgetHorizon,
-        TensorBoard, EarlyStopping, FinalizeEMAOnStop]`, without the disabled ones.
-        Callbacks that may stop training belong before `FinalizeEMAOnStop`.
+        `[TerminateOnNaN, ResumableBackupAndRestore, SwapEMAWeights, TimeBudget,
+        EpochWeights, ModelCheckpoint x2, *task_callbacks, BudgetHorizon, TensorBoard,
+        EarlyStopping, FinalizeEMAOnStop]`, without the disabled ones. Callbacks that may
+        stop training belong before `FinalizeEMAOnStop`.
     """
     from keras_transformer.training.budget import BudgetHorizon, EpochWeights, TimeBudget
 
@@ -279,10 +276,6 @@ def make_callbacks(
                 delete_checkpoint=delete_backup,
             )
         )
-        if backup_on_terminate:
-            from keras_transformer.training.preemption import BackupOnTerminate
-
-            callbacks.append(BackupOnTerminate(callbacks[-1]))
     swap = keras.callbacks.SwapEMAWeights(swap_on_epoch=True) if use_ema else None
     if swap is not None:
         callbacks.append(swap)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -15,7 +16,8 @@ from keras_transformer.config import ExperimentConfig
 from keras_transformer.run_dir import RunPaths
 from keras_transformer.training.averaging import average_weights
 from keras_transformer.training.budget import epoch_weight_files
-from keras_transformer.training.callbacks import make_callbacks
+from keras_transformer.training.callbacks import ResumableBackupAndRestore, make_callbacks
+from keras_transformer.training.preemption import BackupOnTerminate
 from keras_transformer.training.schedules import TransformerSchedule
 from keras_transformer.training.strategies import is_chief, sync_workers, worker_id
 
@@ -85,19 +87,24 @@ def fit_and_save(
         schedule=schedule,
         planned_steps=t.epochs * steps_per_epoch,
         delete_backup=False,  # once the model is saved, below
-        backup_on_terminate=not in_multi_worker_mode(strategy),
     )
+    # One worker: a SIGTERM backs up at the end of the step, then ends the process.
+    backup = next(c for c in callbacks if isinstance(c, ResumableBackupAndRestore))
+    on_terminate = None if in_multi_worker_mode(strategy) else BackupOnTerminate(backup)
+    if on_terminate is not None:
+        callbacks.insert(callbacks.index(backup) + 1, on_terminate)
     callbacks += list(extra_callbacks or [])
-    history = model.fit(
-        train_data,
-        epochs=t.epochs,
-        steps_per_epoch=steps_per_epoch,
-        validation_data=validation_data,
-        validation_steps=t.validation_steps,
-        callbacks=callbacks,
-        verbose=t.verbose,
-        shuffle=False,  # make_batches already shuffles; Keras ignores (and warns) for datasets
-    )
+    with on_terminate or contextlib.nullcontext():
+        history = model.fit(
+            train_data,
+            epochs=t.epochs,
+            steps_per_epoch=steps_per_epoch,
+            validation_data=validation_data,
+            validation_steps=t.validation_steps,
+            callbacks=callbacks,
+            verbose=t.verbose,
+            shuffle=False,  # make_batches already shuffles; Keras ignores, and warns, for datasets
+        )
     if t.average_last and t.average_last > 1:
         files = epoch_weight_files(paths.checkpoints + suffix)[-t.average_last :]
         average_weights(model, files)
