@@ -288,6 +288,9 @@ def evaluate_translator(
     metrics = _check_metrics(metrics)
     sources = list(sources)
     _reference_streams(references, len(sources))
+    for path in (output_file, details_file):
+        if path:
+            storage.check_file(path, reading=False)  # before the decoding it would hold
     hypotheses = translator.translate(sources, progress=progress)
     result = score_corpus(hypotheses, references, metrics, lowercase=lowercase, tokenize=tokenize)
     if output_file:

@@ -91,11 +91,30 @@ def trained_with_source_eos(root: str) -> bool:
     return False
 
 
+def check_run_dir(root: str) -> None:
+    """Refuses a run directory that is not there (a mistyped path), before anything reads
+    a file of it and reports that file missing instead.
+
+    Raises:
+        FileNotFoundError: `root` is not a folder.
+    """
+    if not storage.isdir(root):
+        raise FileNotFoundError(
+            f"Received a run directory that does not exist: {root!r}. Expected the folder "
+            "that `keras-transformer train` wrote (its --run-dir, `training.run_dir`)."
+        )
+
+
 def run_task(root: str) -> str:
     """The task a run directory was trained for: `task` of its `config.yaml`; runs without
-    the key (or without the file) are translation runs."""
+    the key (or without the file) are translation runs.
+
+    Raises:
+        FileNotFoundError: there is no folder `root` (`check_run_dir`).
+    """
     import yaml
 
+    check_run_dir(root)
     path = RunPaths(root).config
     if not storage.exists(path):
         return "translation"
@@ -112,6 +131,7 @@ def load_run(root: str):
 
     from keras_transformer.tokenization import SubwordTokenizer
 
+    check_run_dir(root)
     paths = RunPaths(root)
     for required in (paths.model, paths.source_tokenizer, paths.target_tokenizer):
         if not storage.exists(required):

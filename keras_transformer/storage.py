@@ -74,8 +74,13 @@ def isdir(path: str) -> bool:
 
 
 def makedirs(path: str) -> None:
-    """Creates the folder `path` and its parents (nothing when it exists)."""
-    _gfile().makedirs(path)
+    """Creates the folder `path` and its parents (nothing when it exists).
+
+    Raises:
+        OSError: a file stands where a folder would go (or the file system refuses).
+    """
+    with _as_os_errors(path):
+        _gfile().makedirs(path)
 
 
 def listdir(path: str) -> list[str]:
@@ -95,7 +100,8 @@ def glob(pattern: str) -> list[str]:
 
 def remove(path: str) -> None:
     """Deletes the file `path`."""
-    _gfile().remove(path)
+    with _as_os_errors(path):
+        _gfile().remove(path)
 
 
 def rmtree(path: str) -> None:
@@ -113,7 +119,7 @@ def rmtree(path: str) -> None:
         walked = list(_gfile().walk(path))
         for folder, _, names in reversed(walked):
             for target in [f"{folder}/{name}" for name in names] + [folder]:
-                with contextlib.suppress(tf.errors.NotFoundError):
+                with contextlib.suppress(tf.errors.NotFoundError, FileNotFoundError):
                     if isdir(target):
                         _gfile().rmtree(target)
                     else:
@@ -164,6 +170,29 @@ def written_beside(path: str) -> Iterator[str]:
     replace(partial, path)
 
 
+def check_file(path: str, *, reading: bool) -> None:
+    """Refuses, before anything is read or computed, a path that cannot be the file asked.
+
+    `tf.io.gfile.GFile` opens a file at its first read or write, so without this a missing
+    input fails only then (a raw `tf.errors.NotFoundError`), a folder given as an input
+    reads as empty, and a folder given as an output fails after the work it would hold.
+
+    Args:
+        path: the file.
+        reading: True for a file to read (it must exist), False for one to write.
+
+    Raises:
+        FileNotFoundError: a file to read does not exist.
+        IsADirectoryError: `path` is a folder.
+    """
+    if isdir(path):
+        raise IsADirectoryError(
+            f"Received a folder, expected a file to {'read' if reading else 'write'}: {path}"
+        )
+    if reading and not exists(path):
+        raise FileNotFoundError(f"No such file: {path}")
+
+
 def open_file(path: str, mode: str = "r") -> IO:
     """Opens `path` (`tf.io.gfile.GFile`); text modes read and write UTF-8 `str`.
 
@@ -173,7 +202,12 @@ def open_file(path: str, mode: str = "r") -> IO:
 
     Returns:
         A file object (a context manager).
+
+    Raises:
+        FileNotFoundError, IsADirectoryError: see `check_file`, raised here rather than at
+            the first read or write.
     """
+    check_file(path, reading=mode.startswith("r"))
     if mode.startswith("w"):
         clear_for_rewrite(path)
     return _gfile().GFile(path, mode)
@@ -219,14 +253,16 @@ def append_text(path: str, text: str) -> None:
 def replace(source: str, destination: str) -> None:
     """Moves the file `source` to `destination`, replacing it (atomic on a local disk)."""
     if is_object_store(source) or is_object_store(destination):
-        _gfile().rename(source, destination, overwrite=True)
+        with _as_os_errors(destination):
+            _gfile().rename(source, destination, overwrite=True)
     else:
         os.replace(source, destination)
 
 
 def copy_file(source: str, destination: str) -> None:
     """Copies one file (never over an existing one)."""
-    _gfile().copy(source, destination, overwrite=False)
+    with _as_os_errors(destination):
+        _gfile().copy(source, destination, overwrite=False)
 
 
 def copy_tree(

@@ -1,6 +1,7 @@
 """A user's mistake on the command line: one line on stderr, exit status 2, no traceback
 (unless `--log-level DEBUG`)."""
 
+import io
 import subprocess
 import sys
 
@@ -65,7 +66,10 @@ def test_incomplete_run_directory(tmp_path, capsys):
     assert "model.keras" in _one_error_line(capsys, "export")
 
 
-def test_bad_decoding_option(tmp_path, capsys):
+@pytest.fixture
+def hand_run(tmp_path):
+    """A run directory saved by hand (a translation run with the defaults): a tiny model,
+    its tokenizers and one epoch's weights, untrained."""
     from keras_transformer import Transformer
     from keras_transformer.run_dir import RunPaths
     from keras_transformer.tokenization import train_sentencepiece
@@ -78,12 +82,65 @@ def test_bad_decoding_option(tmp_path, capsys):
     model = Transformer.from_preset("tiny", tokenizer.vocab_size, tokenizer.vocab_size)
     model.build(((None, None), (None, None)))
     paths = RunPaths(str(tmp_path / "run"))
-    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "checkpoints").mkdir(parents=True)
     model.save(paths.model)
+    model.save_weights(f"{paths.checkpoints}/epoch-001.weights.h5")
     tokenizer.save(paths.source_tokenizer)
     tokenizer.save(paths.target_tokenizer)
-    assert main(["translate", paths.root, "Hallo.", "--beam-size", "0"]) == 2
+    return paths.root
+
+
+def test_bad_decoding_option(hand_run, capsys):
+    assert main(["translate", hand_run, "Hallo.", "--beam-size", "0"]) == 2
     assert "argument `beam_size`" in _one_error_line(capsys, "translate")
+
+
+def test_file_arguments_are_refused_in_one_line_before_any_decoding(
+    hand_run, tmp_path, capsys, monkeypatch
+):
+    from keras_transformer.predictors import Translator
+
+    def not_reached(*args, **kwargs):
+        raise AssertionError("decoded before the arguments were checked")
+
+    monkeypatch.setattr(Translator, "translate", not_reached)
+    folder, missing = tmp_path / "folder", str(tmp_path / "missing.txt")
+    folder.mkdir()
+    sources, references = tmp_path / "test.de", tmp_path / "test.en"
+    sources.write_text("Ein Hund.\n", encoding="utf-8")
+    references.write_text("A dog.\n", encoding="utf-8")
+    not_utf8 = tmp_path / "latin1.de"
+    not_utf8.write_bytes("Ein Hund.\nMädchen.\n".encode("latin-1"))
+    files = ["--source-file", str(sources), "--reference-file", str(references)]
+    for command, expected in [
+        (["translate", hand_run, "--input", missing], "No such file: " + missing),
+        (["translate", hand_run, "--input", str(folder)], "a folder, expected a file to read"),
+        (["translate", hand_run, "--input", str(not_utf8)], "not UTF-8 on line 2"),
+        (["translate", hand_run, "x", "--output", str(folder)], "a folder, expected a file to"),
+        (["evaluate", hand_run, "--source-file", missing, "--reference-file", missing], missing),
+        (["evaluate", hand_run, *files, "--output", str(folder)], "expected a file to write"),
+        (["evaluate", hand_run, *files, "--details", str(folder)], "expected a file to write"),
+        (["evaluate", hand_run, *files, "--scores-json", str(folder)], "a file to write"),
+        (["average", hand_run, "--last", "1", "--output", str(folder)], "a file to write"),
+        (["export", hand_run, "--base-path", str(sources)], "test.de is not a directory"),
+        (["translate", str(tmp_path / "nope"), "x"], "run directory that does not exist"),
+        (["average", str(tmp_path / "nope"), "--last", "1"], "does not exist: "),
+    ]:
+        assert main(command) == 2, command
+        assert expected in _one_error_line(capsys, command[0]), command
+    # stdin is read as UTF-8 strictly too (Python's own stdin would pass surrogates on).
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"Ein Hund.\n\xff\n")))
+    assert main(["translate", hand_run]) == 2
+    assert "UTF-8 text in stdin" in _one_error_line(capsys, "translate")
+
+
+def test_average_writes_its_model_into_a_new_folder(hand_run, tmp_path, capsys):
+    import keras
+
+    output = tmp_path / "new" / "folder" / "averaged.keras"
+    assert main(["average", hand_run, "--last", "1", "--output", str(output)]) == 0
+    assert keras.models.load_model(output).count_params() > 0
+    assert str(output) in capsys.readouterr().out
 
 
 def test_debug_shows_the_traceback(tmp_path):

@@ -34,28 +34,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from keras_transformer.run_dir import RunPaths
+    from keras_transformer.run_dir import RunPaths, check_run_dir
     from keras_transformer.training.averaging import average_weights
     from keras_transformer.training.budget import epoch_weight_files
 
     if args.last < 1:
-        logger.error("Received --last %d, expected a positive number of epochs.", args.last)
-        return 2
+        raise ValueError(f"Received --last {args.last}, expected a positive number of epochs.")
+    check_run_dir(args.run_dir)
     paths = RunPaths(args.run_dir)
     files = epoch_weight_files(paths.checkpoints)
     if len(files) < args.last:
-        logger.error(
-            "Received --last %d, but %s holds the weights of %d epoch(s) (epoch-NNN.weights.h5)"
-            "; train with training.average_last >= %d to keep more.",
-            args.last,
-            paths.checkpoints,
-            len(files),
-            args.last,
+        raise ValueError(
+            f"Received --last {args.last}, but {paths.checkpoints} holds the weights of "
+            f"{len(files)} epoch(s) (epoch-NNN.weights.h5); train with "
+            f"training.average_last >= {args.last} to keep more."
         )
-        return 2
+    output = args.output or paths.model
+    storage.check_file(output, reading=False)
     model = _run_model(paths)
     average_weights(model, files[-args.last :])
-    output = args.output or paths.model
+    storage.makedirs(storage.parent(output))
     with storage.written_beside(output) as partial:  # never a half-written model at `output`
         model.save(partial)
     storage.write_text(

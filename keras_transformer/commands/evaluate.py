@@ -122,6 +122,8 @@ def run(args: argparse.Namespace) -> int:
     from keras_transformer.runner import evaluate_run
     from keras_transformer.tasks import task_class
 
+    if args.scores_json:
+        storage.check_file(args.scores_json, reading=False)  # before the evaluation
     options = {name: getattr(args, name) for name in _EVALUATION_OPTIONS}
     options = {k: v for k, v in options.items() if v is not None}
     task = task_class(run_task(args.run_dir))

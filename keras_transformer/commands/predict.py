@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 
 from keras_transformer import storage
 from keras_transformer.commands.decoding_options import (
@@ -36,7 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser, tasks: Sequence[str] = TASKS)
     """Adds `predict`'s arguments, for runs of `tasks` (a task alias: its task only)."""
     parser.add_argument("run_dir", help="The training run directory (model.keras, tokenizers/).")
     parser.add_argument("texts", nargs="*", help="Texts (default: --input or stdin).")
-    parser.add_argument("--input", "-i", default=None, help="A file with one text a line.")
+    parser.add_argument(
+        "--input", "-i", default=None, help="A file with one text a line (UTF-8; `.gz`: gzipped)."
+    )
     parser.add_argument("--output", "-o", default=None, help="Write here instead of stdout.")
     decoding = decoding_tasks(tasks)
     scope = f"; {join_names(decoding)} runs only" if len(decoding) < len(tasks) else ""
@@ -52,15 +54,14 @@ def add_arguments(parser: argparse.ArgumentParser, tasks: Sequence[str] = TASKS)
     add_decoding_arguments(parser, tasks)
 
 
-def read_lines(path: str | None) -> Iterator[str]:
-    """The lines of `path` (stdin for None or `-`), without their line ends."""
-    stream = sys.stdin if path in (None, "-") else storage.open_file(path)
-    try:
-        for line in stream:
-            yield line.rstrip("\n").rstrip("\r")
-    finally:
-        if stream is not sys.stdin:
-            stream.close()
+def read_lines(path: str | None) -> list[str]:
+    """The lines of `path` (stdin for None or `-`; `.gz` read as gzip), without their line
+    ends, strictly UTF-8 (`data.text_files.read_lines`: the error names the line)."""
+    from keras_transformer.data.text_files import decode_lines, read_lines, split_lines
+
+    if path in (None, "-"):
+        return [text for _, text in decode_lines(split_lines(sys.stdin.buffer), "stdin")]
+    return [text for _, text in read_lines(path)]
 
 
 def run(args: argparse.Namespace, expected_task: str | None = None) -> int:
@@ -81,7 +82,7 @@ def run(args: argparse.Namespace, expected_task: str | None = None) -> int:
             f"Received --nbest for a {task.name} run ({args.run_dir}), which does not decode."
         )
     options = predictor_options(args, task)
-    texts = list(args.texts) if args.texts else list(read_lines(args.input))
+    texts = list(args.texts) if args.texts else read_lines(args.input)
     predictor = task.load_predictor(args.run_dir, **options)
     out = sys.stdout if args.output in (None, "-") else storage.open_for_writing(args.output)
     try:

@@ -18,6 +18,9 @@ Public API:
   -> tf.data.Dataset` of `(source_text, target_text)` scalar `tf.string` pairs.
 - `check_text_files(source_path, target_path=None) -> int`: the validation pass alone;
   returns the number of lines (pairs).
+- `read_lines(path)`: `(line_number, text)` of one such file, strictly UTF-8 (what the
+  check reads, and what `predict --input` and `evaluate --source-file` read);
+  `decode_lines(split_lines(stream), name)` the same of a binary stream (stdin).
 
 Example:
 
@@ -33,9 +36,11 @@ import gzip
 import itertools
 import logging
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import tensorflow as tf
+
+from keras_transformer import storage
 
 logger = logging.getLogger(__name__)
 
@@ -107,7 +112,7 @@ def check_text_files(source_path: str, target_path: str | None = None) -> int:
         The number of lines (sentence pairs).
 
     Raises:
-        FileNotFoundError: a file does not exist.
+        FileNotFoundError: a file does not exist (IsADirectoryError: it is a folder).
         ValueError: a file is empty (no line with text), is not valid gzip, holds bytes that
             are not UTF-8, the two files have different numbers of lines, or a non-blank TSV
             line does not have exactly two tab-separated columns. The message names the file
@@ -121,12 +126,12 @@ def check_text_files(source_path: str, target_path: str | None = None) -> int:
     ```
     """
     for path in (source_path, target_path):
-        if path is not None and not tf.io.gfile.exists(path):
-            raise FileNotFoundError(f"No such file: {path}")
+        if path is not None:
+            storage.check_file(path, reading=True)
     if target_path is None:
         count = 0
         has_text = False
-        for number, line in _read_lines(source_path):
+        for number, line in read_lines(source_path):
             if not line.strip():
                 count = number
                 continue  # A blank line is an empty pair (dropped by `skip_empty`).
@@ -142,8 +147,8 @@ def check_text_files(source_path: str, target_path: str | None = None) -> int:
         return count
     count = 0
     has_text = {source_path: False, target_path: False}
-    source_lines = _read_lines(source_path)
-    target_lines = _read_lines(target_path)
+    source_lines = read_lines(source_path)
+    target_lines = read_lines(target_path)
     for source, target in itertools.zip_longest(source_lines, target_lines):
         if source is None or target is None:
             longer, shorter, number = (
@@ -176,23 +181,22 @@ def _text_lines(path: str) -> tf.data.Dataset:
     )
 
 
-def _read_lines(path: str) -> Iterator[tuple[int, str]]:
-    """Yields `(line_number, text)` from 1, decoding UTF-8 strictly."""
+def read_lines(path: str) -> Iterator[tuple[int, str]]:
+    """Yields `(line_number, text)` of a text file from 1: plain or gzipped (`.gz`), UTF-8
+    decoded strictly, without line ends (`\\n`, `\\r\\n`) or a byte-order mark.
+
+    Raises:
+        FileNotFoundError, IsADirectoryError: `path` is not a file.
+        ValueError: bytes that are not UTF-8 (naming the file, line and byte), or a `.gz`
+            file that is not gzip.
+    """
+    storage.check_file(path, reading=True)
     with tf.io.gfile.GFile(path, "rb") as raw:
         stream = gzip.GzipFile(fileobj=raw, mode="rb") if path.endswith(".gz") else raw
+        lines = decode_lines(split_lines(stream), path)
         number = 0
         try:
-            for number, line in enumerate(_split_lines(stream), start=1):  # noqa: B007
-                if number == 1 and line.startswith(_BOM):
-                    line = line[len(_BOM) :]
-                try:
-                    text = line.decode("utf-8")
-                except UnicodeDecodeError as e:
-                    raise ValueError(
-                        f"Expected UTF-8 text in {path}. Received: bytes that are not UTF-8 on "
-                        f"line {number} (byte {e.start + 1} of the line: "
-                        f"{line[e.start : e.start + 1]!r})"
-                    ) from e
+            for number, text in lines:  # noqa: B007
                 yield number, text
         except (gzip.BadGzipFile, EOFError, zlib.error) as e:
             raise ValueError(
@@ -200,7 +204,29 @@ def _read_lines(path: str) -> Iterator[tuple[int, str]]:
             ) from e
 
 
-def _split_lines(stream) -> Iterator[bytes]:
+def decode_lines(lines: Iterable[bytes], name: str) -> Iterator[tuple[int, str]]:
+    """Yields `(line_number, text)` from 1 of byte lines (without their ends), decoding
+    UTF-8 strictly and dropping a byte-order mark from the first; `name` is what an error
+    calls their origin (a file's path, or "stdin").
+
+    Raises:
+        ValueError: bytes that are not UTF-8, naming `name`, the line and the byte.
+    """
+    for number, line in enumerate(lines, start=1):
+        if number == 1 and line.startswith(_BOM):
+            line = line[len(_BOM) :]
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ValueError(
+                f"Expected UTF-8 text in {name}. Received: bytes that are not UTF-8 on "
+                f"line {number} (byte {e.start + 1} of the line: "
+                f"{line[e.start : e.start + 1]!r})"
+            ) from e
+        yield number, text
+
+
+def split_lines(stream) -> Iterator[bytes]:
     """Splits a binary stream at `\\n` as `tf.data.TextLineDataset` does."""
     pending = b""
     while True:

@@ -26,9 +26,9 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from keras_transformer import storage
 from keras_transformer.constants import MULTI30K_DIR_ENV_VAR, PAD_ID
 from keras_transformer.data.task_sources import TaskData
+from keras_transformer.data.text_files import read_lines
 from keras_transformer.evaluation import EvaluationResult, evaluate_translator
 from keras_transformer.predictors import Translator
 from keras_transformer.run_dir import RunPaths
@@ -310,5 +310,4 @@ class TranslationTask(Task):
 
 
 def _read_lines(path: str) -> list[str]:
-    with storage.open_file(path) as f:
-        return [line.rstrip("\n").rstrip("\r") for line in f]
+    return [text for _, text in read_lines(path)]
