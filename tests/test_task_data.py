@@ -93,6 +93,17 @@ def test_tfds_source_falls_back_offline_or_fails(tmp_path, caplog):
     )
 
 
+def test_a_misspelt_name_or_a_file_is_an_error_not_the_offline_set(tmp_path):
+    """Only data that cannot be had here falls back; a source the user must fix never
+    trains on generated data in its place."""
+    with pytest.raises(ValueError, match="imdb_review not found"):
+        load_classification_data("imdb_review", "test", data_dir=str(tmp_path), download=False)
+    own = tmp_path / "reviews.tsv"
+    own.write_text("A fine film.\tpositive\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"a file as the classification data .*train_data="):
+        load_classification_data(str(own), "train", data_dir=str(tmp_path))
+
+
 def test_tagging_examples_label_each_word_once(tokenizer):
     data = load_tagging_data("synthetic_pos", "test[:50]")
     examples = list(task_of("tagging", 64).encode(data.dataset, (tokenizer, tokenizer)))

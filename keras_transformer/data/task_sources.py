@@ -1,12 +1,13 @@
 """Raw data of the tagging, classification and language-modelling tasks.
 
 Each loader takes a TFDS dataset by name (`"conll2003"`, `"imdb_reviews"`,
-`"tiny_shakespeare"`, ...) or the task's generated offline set (`constants.OFFLINE_DATASETS`:
-`"synthetic_pos"`, `"synthetic_sentiment"`, `"synthetic_text"`, from `data.synthetic`).
-With `fallback=True`, a TFDS dataset that cannot be loaded (not prepared and no download,
-no network, a missing TFDS dependency) is replaced by the offline set, with a warning
-naming the error; with `fallback=False` a dataset that is not prepared while downloading is
-off raises `availability.DataUnavailableError`.
+`"tiny_shakespeare"`, ...) or the task's generated offline set
+(`constants.OFFLINE_DATASETS`: `"synthetic_pos"`, `"synthetic_sentiment"`,
+`"synthetic_text"`, from `data.synthetic`). With `fallback=True`, a TFDS dataset that cannot
+be loaded (not prepared and no download, no network, a missing TFDS dependency) is replaced
+by the offline set, with a warning naming the error (a name TFDS does not know, a bad split
+or a local file is an error); with `fallback=False` a dataset that is not prepared while
+downloading is off raises `availability.DataUnavailableError`.
 
 Public API (each returns a `TaskData`):
 
@@ -28,6 +29,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -75,9 +77,15 @@ def _load(
             "Received an invalid value for argument `source`, expected a TFDS dataset name "
             f"or {offline_name!r}. Received: source={source!r}"
         )
+    if os.path.isfile(source):
+        raise ValueError(
+            f"Received a file as the {task} data source: {source!r}. Expected a TFDS "
+            f"dataset name or {offline_name!r}; a {task} run trains on its own examples "
+            "from Python: `train(config, run_dir, train_data=dataset, labels=...)`."
+        )
     try:
         dataset, info = load_tfds(source, split, data_dir=data_dir, download=download)
-    except Exception as e:  # TFDS raises many types: missing data, network, dependencies
+    except _unavailable_errors() as e:
         if not fallback:
             raise
         logger.warning(
@@ -89,6 +97,16 @@ def _load(
         )
         return offline(split)
     return from_tfds(dataset, info)
+
+
+def _unavailable_errors() -> tuple[type[BaseException], ...]:
+    """What TFDS raises when the data cannot be had here: not prepared while downloading is
+    off (`DataUnavailableError`), no network (`requests`' errors are `OSError`s), a failed
+    download, a missing dependency. Not a misspelt name (`DatasetNotFoundError`, a
+    `ValueError`) or split: those are the user's to fix, never replaced by other data."""
+    import tensorflow_datasets as tfds
+
+    return (OSError, ImportError, tfds.download.DownloadError)
 
 
 def _feature(info, name: str | None, what: str, default_index: int | None = None) -> str:
