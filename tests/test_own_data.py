@@ -350,6 +350,12 @@ def test_train_takes_a_dataset_and_returns_what_translates(corpus, tmp_path):
     translations = translator.translate(SENTENCES)
     assert len(translations) == 2 and all(isinstance(t, str) for t in translations)
     assert os.path.exists(result.paths.model)
+    # Its config names Multi30k, which it never saw: scored only on data given again.
+    with pytest.raises(ValueError, match="trained on data given to `train`"):
+        evaluate_run(result.run_dir, "test")
+    scored = evaluate_run(result.run_dir, "test", data=held_out, beam_size=1)
+    assert scored.num_sentences == len(sources) - 260
+    assert 0.0 <= scored.scores["bleu"] <= 100.0
 
 
 def test_train_refuses_validation_data_without_training_data(tmp_path):

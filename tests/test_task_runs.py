@@ -334,3 +334,30 @@ def test_cli_generate_export_and_user_errors(runs, tmp_path, capsys):
     assert "Received a tagging run directory" in capsys.readouterr().err
     assert main(["export", runs["tagging"], "--base-path", base, "--beam-size", "2"]) == 2
     assert "--beam-size for a tagging run" in capsys.readouterr().err
+
+
+def test_a_run_on_given_examples_is_scored_only_on_given_examples(tmp_path, capsys):
+    """Its config names a dataset it never trained on: `evaluate` refuses to score that,
+    and scores the examples it is given, their ids naming the run's labels."""
+    from task_configs import TINY_TRAINING
+
+    from keras_transformer.config import load_config
+    from keras_transformer.data.synthetic import synthetic_classification
+    from keras_transformer.runner import evaluate_run, train
+
+    def examples(split):
+        return tf.data.Dataset.from_tensor_slices(synthetic_classification(split))
+
+    overrides = ["data.vocab_size=300", "data.batch_size=16", "classification.max_length=32"]
+    result = train(
+        load_config("imdb_reviews", [*TINY_TRAINING, *overrides]),
+        str(tmp_path / "run"),
+        train_data=examples("train[:200]"),
+        labels=["neg", "pos"],
+    )
+    with pytest.raises(ValueError, match="trained on data given to `train`"):
+        evaluate_run(result.run_dir, "test")
+    assert main(["evaluate", result.run_dir, "--split", "validation"]) == 2
+    assert "trained on data given to `train`" in capsys.readouterr().err
+    scored = evaluate_run(result.run_dir, "test", data=examples("test[:40]"))
+    assert scored.num_sentences == 40 and 0.0 <= scored.scores["accuracy"] <= 1.0

@@ -41,12 +41,15 @@ def evaluate_run(
     download: bool | None = None,
     overrides: list[str] | None = None,
     max_examples: int | None = None,
+    data: Any = None,
     **options: Any,
 ) -> EvaluationResult:
-    """Scores a run's model on a split of its task's data.
+    """Scores a run's model on a split of its task's data, or on `data`.
 
     The data is the run's own (`data.source` of its `config.yaml`: what it was trained on)
-    unless `source` or `overrides` say otherwise.
+    unless `data`, `source` or `overrides` say otherwise. A run trained on data given to
+    `train` (`train_data=`) has no data of its own to score: it needs one of them (or a
+    translation's `source_file` and `reference_file`).
 
     Args:
         run_dir: the run directory.
@@ -57,6 +60,9 @@ def evaluate_run(
         overrides: more `section.key=value` changes to the run's config (e.g.
             `translation.local_dir=...`).
         max_examples: score only the first N examples.
+        data: the examples to score instead of a split: a `tf.data.Dataset` of the task's
+            examples, as `train` takes them (label ids index the run's `labels.txt`), or a
+            `TaskData`.
         **options: the task's evaluation options (`Task.evaluate`: a translation's
             metrics, files and decoding settings; `batch_size` for the other tasks).
 
@@ -70,8 +76,19 @@ def evaluate_run(
     ```
     """
     from keras_transformer.tasks import get_task
+    from keras_transformer.training.tokenizer_files import trained_on_given_data
 
     check_optional(check_positive_int, "max_examples", max_examples)
+    files_given = options.get("source_file") is not None
+    other_data = data is not None or source is not None or files_given
+    other_data = other_data or any(o.startswith("data.source=") for o in overrides or ())
+    if not other_data and trained_on_given_data(RunPaths(run_dir)):
+        raise ValueError(
+            f"Received no data to score the run {run_dir!r} on: it was trained on data given "
+            "to `train` (train_data=...), not on its config's data.source. Expected the data "
+            "to score: `evaluate_run(run_dir, data=dataset)` in Python, or on the command "
+            "line `--data NAME` (for translation also `--source-file` and `--reference-file`)."
+        )
     config = run_config(run_dir, overrides)
     data_overrides = {
         k: v
@@ -83,7 +100,14 @@ def evaluate_run(
     task = get_task(config)
     _check_options(task, options)
     d = config.data
-    files_given = options.get("source_file") is not None
+    if data is not None:
+        return task.evaluate(
+            run_dir,
+            split,
+            max_examples=max_examples,
+            data=_task_data(task, run_dir, data),
+            **options,
+        )
     if (
         task.reads_local_files
         and d.source == trained_on
@@ -101,6 +125,23 @@ def evaluate_run(
             "`reference_file=`)."
         )
     return task.evaluate(run_dir, split, max_examples=max_examples, **options)
+
+
+def _task_data(task: Any, run_dir: str, data: Any) -> Any:
+    """`evaluate_run`'s `data` as a `TaskData`: a dataset's label ids name the run's labels."""
+    import tensorflow as tf
+
+    from keras_transformer.data.task_sources import TaskData
+    from keras_transformer.run_dir import read_labels
+
+    if isinstance(data, TaskData):
+        return data
+    if not isinstance(data, tf.data.Dataset):
+        raise ValueError(
+            "Received an invalid value for argument `data`, expected a tf.data.Dataset of "
+            f"the task's examples or a TaskData. Received: {type(data).__name__}"
+        )
+    return TaskData(data, read_labels(run_dir) if task.labelled else None, "data")
 
 
 def _check_options(task: Any, options: dict[str, Any]) -> None:

@@ -160,7 +160,7 @@ def train(
     given = _given_data(task, train_data, validation_data, labels)
     train_split, validation_data = task.load_training_data(given)
     if chief:  # before the config is saved: a refused run directory keeps its own
-        check_reusable(paths, _tokenizer_settings(task, train_split))
+        check_reusable(paths, _tokenizer_settings(task, train_split, given is not None))
     # The data is found: the run directory is written from here on.
     storage.makedirs(paths.root)
     # A resumed run's config.yaml stays the config its backup was taken with until the
@@ -168,7 +168,9 @@ def train(
     resuming = chief and storage.exists(paths.backup)
     if chief and not resuming:
         save_config(config, paths.config)
-    train_data, tokenizers = training_data(task, paths, strategy, data=train_split)
+    train_data, tokenizers = training_data(
+        task, paths, strategy, data=train_split, given=given is not None
+    )
     # Seeded once the data and tokenizers are ready: preparing a TFDS dataset draws from
     # Python's `random` (its temporary folder names), so a seed set before it would give the
     # first run on a machine other weights than the runs that find the dataset prepared.
@@ -262,10 +264,12 @@ def training_data(
     strategy: tf.distribute.Strategy | None = None,
     *,
     data: TaskData | None = None,
+    given: bool = False,
 ) -> tuple[Any, tuple[Any, Any]]:
     """The training data (`data`, else the training split of the task's config,
     `data.max_train_examples` of it) and the run's tokenizers (trained on it on the first
-    run, reused after); the chief writes the label names of a task with labels.
+    run, reused after); the chief writes the label names of a task with labels. `given`:
+    `data` was given to `train`, not the config's (recorded in the tokenizers' settings).
 
     Returns:
         `(train_data, (source_tokenizer, target_tokenizer))`: a `TaskData` and the two
@@ -283,15 +287,15 @@ def training_data(
         task.tokenizer_texts(train_data),
         strategy,
         shared=task.shared_vocab,
-        settings=_tokenizer_settings(task, train_data),
+        settings=_tokenizer_settings(task, train_data, given),
         hard_vocab_limit=task.hard_vocab_limit,
     )
     return train_data, tokenizers
 
 
-def _tokenizer_settings(task: Any, data: TaskData) -> dict[str, Any]:
+def _tokenizer_settings(task: Any, data: TaskData, given: bool) -> dict[str, Any]:
     """What the run's tokenizers are trained from and with (`tokenizer_settings`)."""
-    return tokenizer_settings(task.config, data.origin, shared=task.shared_vocab)
+    return tokenizer_settings(task.config, data.origin, shared=task.shared_vocab, given=given)
 
 
 def _given_data(

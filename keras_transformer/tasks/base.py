@@ -268,16 +268,20 @@ class Task(abc.ABC):
         max_examples: int | None = None,
         batch_size: int | None = None,
         progress: bool = False,
+        data: TaskData | None = None,
     ) -> EvaluationResult:
-        """Scores the run's model on a split of the config's data (its first `max_examples`
-        examples) with Keras' `evaluate` and the task's metrics, the loss unsmoothed: the
-        main metric, the others, and `loss` (Keras' per-batch average); `progress` shows
-        Keras' progress bar. A task that scores otherwise (translation: sacreBLEU on
-        translations) overrides it, with options of its own."""
+        """Scores the run's model on a split of the config's data, or on `data` (its first
+        `max_examples` examples) with Keras' `evaluate` and the task's metrics, the loss
+        unsmoothed: the main metric, the others, and `loss` (Keras' per-batch average);
+        `progress` shows Keras' progress bar. A task that scores otherwise (translation:
+        sacreBLEU on translations) overrides it, with options of its own."""
         from keras_transformer.run_dir import load_run, read_labels
 
         model, tokenizer, _ = load_run(run_dir)
-        data = self.load_evaluation_data(split, limit=max_examples)
+        if data is None:
+            data = self.load_evaluation_data(split, limit=max_examples)
+        else:
+            data = _first(data, max_examples)
         if self.labelled and data.labels != read_labels(run_dir):
             raise ValueError(
                 f"Received data whose labels {list(data.labels)} differ from the run's "

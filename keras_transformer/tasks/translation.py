@@ -180,10 +180,11 @@ class TranslationTask(Task):
         output_file: str | None = None,
         details_file: str | None = None,
         progress: bool = False,
+        data: TaskData | None = None,
         **decoding: Any,
     ) -> EvaluationResult:
-        """Translates a split (or `source_file`, scored against `reference_file`) and scores
-        it with sacreBLEU (`evaluation.evaluate_translator`).
+        """Translates a split (or `data`'s pairs, or `source_file`, scored against
+        `reference_file`) and scores it with sacreBLEU (`evaluation.evaluate_translator`).
 
         Args:
             run_dir: the run directory.
@@ -195,6 +196,7 @@ class TranslationTask(Task):
             output_file: write the translations there, one a line.
             details_file: write per-sentence JSON lines there.
             progress: show a progress bar.
+            data: `(source, reference)` string pairs to score instead of the split.
             **decoding: `Translator` arguments.
         """
         if (source_file is None) != (reference_file is None):
@@ -209,7 +211,7 @@ class TranslationTask(Task):
                 )
             origin = source_file
         else:
-            data = self.load_evaluation_data(split, limit=max_examples)
+            data = data or self.load_evaluation_data(split, limit=max_examples)
             sources, references = [], []
             for source, reference in data.dataset.as_numpy_iterator():
                 sources.append(source.decode("utf-8"))

@@ -67,26 +67,47 @@ def settings_file(paths: RunPaths) -> str:
     return os.path.join(paths.root, "tokenizers", SETTINGS_FILENAME)
 
 
-def tokenizer_settings(config: Any, origin: str, *, shared: bool) -> dict[str, Any]:
+def tokenizer_settings(
+    config: Any, origin: str, *, shared: bool, given: bool = False
+) -> dict[str, Any]:
     """What a run's tokenizers are trained from and with, as `settings.json` records it.
 
     Args:
         config: the `ExperimentConfig`.
         origin: where the training data came from (`TaskData.origin`).
         shared: one tokenizer for both sides.
+        given: the data was given to `train` (`train_data`), not the config's.
 
     Returns:
-        `{"task": ..., "origin": ..., "shared_vocab": ..., "data.vocab_size": ..., ...}`:
-        the `data` keys of `DATA_TOKENIZER_KEYS` and the task section's `tokenizer_keys`,
-        by their dotted names.
+        `{"task": ..., "origin": ..., "given_data": ..., "shared_vocab": ...,
+        "data.vocab_size": ..., ...}`: the `data` keys of `DATA_TOKENIZER_KEYS` and the task
+        section's `tokenizer_keys`, by their dotted names.
     """
     section = config.section
-    settings: dict[str, Any] = {"task": config.task, "origin": origin, "shared_vocab": shared}
+    settings: dict[str, Any] = {
+        "task": config.task,
+        "origin": origin,
+        "given_data": given,
+        "shared_vocab": shared,
+    }
     settings.update({f"data.{key}": getattr(config.data, key) for key in DATA_TOKENIZER_KEYS})
     settings.update(
         {f"{config.task}.{key}": getattr(section, key) for key in section.tokenizer_keys}
     )
     return settings
+
+
+def trained_on_given_data(paths: RunPaths) -> bool:
+    """Whether the run trained on data given to `train` (`train_data`) rather than on its
+    config's `data.source`, as its `settings.json` records (runs saved before the record:
+    the origin `train_data` of a given dataset; a run without the file: False)."""
+    path = settings_file(paths)
+    if not storage.exists(path):
+        return False
+    saved = json.loads(storage.read_text(path))
+    # Before the record, a dataset given as `train(train_data=...)` had the origin
+    # "train_data" (`runner.train`).
+    return bool(saved.get("given_data", saved.get("origin") == "train_data"))
 
 
 def check_reusable(paths: RunPaths, settings: dict[str, Any]) -> None:
