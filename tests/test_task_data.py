@@ -146,6 +146,15 @@ def test_language_model_windows_cover_each_document(tokenizer):
     )
 
 
+def test_blank_documents_are_not_language_model_windows(tokenizer):
+    documents = tf.data.Dataset.from_tensor_slices(["", "  ", "\n", "\u00a0", "The dog."])
+    windows = list(task_of("language_modeling", 16).encode(documents, (tokenizer, tokenizer)))
+    expected = tokenizer.tokenize(tf.constant(["The dog."])).to_list()[0]
+    assert [(x.numpy().tolist(), y.numpy().tolist()) for x, y in windows] == [
+        ([BOS_ID, *expected], [*expected, EOS_ID])
+    ]
+
+
 def _synthetic_data(task, split):
     """The offline synthetic set of a one-tokenizer task."""
     if task == "tagging":

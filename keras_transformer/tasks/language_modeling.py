@@ -16,7 +16,11 @@ import keras
 import tensorflow as tf
 
 from keras_transformer.constants import PAD_ID
-from keras_transformer.data.encoding import encode_in_blocks, language_model_windows
+from keras_transformer.data.encoding import (
+    blank_texts,
+    encode_in_blocks,
+    language_model_windows,
+)
 from keras_transformer.data.task_sources import TaskData
 from keras_transformer.predictors import TextGenerator
 from keras_transformer.tasks.base import Task
@@ -57,10 +61,12 @@ class LanguageModelingTask(Task):
     def encode(self, dataset: tf.data.Dataset, tokenizers: tuple[Any, Any]) -> tf.data.Dataset:
         """`x` `[BOS] + tokens`, `y` `tokens + [EOS]`; a document longer than `max_length`
         is cut into consecutive windows of `max_length` positions (a window after the first
-        starts with the token before it, not BOS)."""
+        starts with the token before it, not BOS). A blank document is dropped (it would
+        teach EOS right after BOS), as the other tasks drop an empty text."""
         tokenizer, length = tokenizers[0], self.section.max_length
+        documents = dataset.filter(lambda text: tf.logical_not(blank_texts(text)))
         return encode_in_blocks(
-            dataset, lambda texts: language_model_windows(tokenizer, texts, length)
+            documents, lambda texts: language_model_windows(tokenizer, texts, length)
         )
 
     def build_model(
