@@ -179,6 +179,9 @@ def test_wrappers_agree_with_their_models(runs):
     tagged = tagger.tag(TEXTS)
     assert [[w for w, _ in row] for row in tagged] == [t.split() for t in TEXTS]
     assert all(tag in tagger.labels for row in tagged for _, tag in row)
+    # Words are what the model split (ASCII whitespace), never padding, whatever the batch.
+    odd = tagger.tag(["a\u00a0dog runs", "one two three four five"])
+    assert [w for w, _ in odd[0]] == ["a\u00a0dog", "runs"] and all(t for _, t in odd[0])
 
     generator = TextGenerator.from_run_dir(
         runs["language_modeling"], max_new_tokens=5, jit_compile=False

@@ -75,8 +75,10 @@ class TextTagger(LabelPredictor):
         """`(word, tag)` pairs of each text."""
         texts = as_texts(texts)
         result = []
-        for text, (words, tags) in zip(texts, self._serve_batches(texts, progress)):
-            count = len(text.split())  # the row is padded to its batch's most words
-            pairs = zip(words[:count], tags[:count])
+        for words, tags in self._serve_batches(texts, progress):
+            # The row is padded with "" to its batch's most words; a word is never empty
+            # (`text_words` splits at ASCII whitespace only, where `str.split` also splits at
+            # a no-break space).
+            pairs = [(w, t) for w, t in zip(words, tags) if w]
             result.append([(w.decode("utf-8"), t.decode("utf-8")) for w, t in pairs])
         return result
