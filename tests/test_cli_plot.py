@@ -45,7 +45,7 @@ def test_plot_refuses_a_missing_or_incomplete_run_directory(tmp_path, capsys):
     missing = str(tmp_path / "missing")
     assert main(["plot", missing]) == 2
     line = _one_error_line(capsys)
-    assert "not a directory" in line and missing in line
+    assert "does not exist" in line and missing in line
 
     incomplete = tmp_path / "incomplete"
     incomplete.mkdir()
@@ -53,6 +53,9 @@ def test_plot_refuses_a_missing_or_incomplete_run_directory(tmp_path, capsys):
     line = _one_error_line(capsys)
     assert "incomplete run directory" in line and "model.keras" in line
     assert not (tmp_path / "out").exists()  # nothing written for a run it cannot plot
+    (tmp_path / "a_file").write_text("")
+    assert main(["plot", str(incomplete), "--out", str(tmp_path / "a_file")]) == 2
+    assert "a file; expected a folder" in _one_error_line(capsys)  # before the run is read
 
 
 def _train_args(run_dir, multi30k_dir, tfds_dir):

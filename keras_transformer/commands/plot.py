@@ -114,10 +114,13 @@ def _figures(args: argparse.Namespace) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    if not storage.isdir(args.run_dir):
-        raise FileNotFoundError(f"Received RUN_DIR {args.run_dir!r}, which is not a directory.")
-    figures = _figures(args)  # a bad run raises before any file is written
+    from keras_transformer.run_dir import check_run_dir
+
+    check_run_dir(args.run_dir)
     out = args.out or os.path.join(args.run_dir, "plots")
+    if storage.exists(out) and not storage.isdir(out):
+        raise NotADirectoryError(f"Received --out {out!r}, a file; expected a folder.")
+    figures = _figures(args)  # a bad run raises before any file is written
     storage.makedirs(out)
     for name, figure in figures.items():
         path = os.path.join(out, f"{name}.png")
