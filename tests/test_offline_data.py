@@ -165,6 +165,28 @@ def test_tfds_dataset_not_prepared_without_download(tmp_path):
     assert f"name it with `{TFDS_DATA_DIR_CONFIG_KEY}`" in message
 
 
+def test_tfds_dataset_whose_host_does_not_answer_fails_at_once(
+    tmp_path, monkeypatch, refused_url, caplog
+):
+    """TFDS's downloader would retry the host for minutes (offline: about 200 s for IMDb);
+    the host is asked first. The dataset's download URL is replaced by a local refusing
+    socket, so the test does not depend on the machine's network."""
+    import tensorflow_datasets as tfds
+
+    from keras_transformer.data.task_sources import load_classification_data
+
+    builder_class = type(tfds.builder("imdb_reviews", data_dir=str(tmp_path)))
+    monkeypatch.setattr(builder_class, "url_infos", {refused_url: None})
+    with pytest.raises(DataUnavailableError) as info:
+        load_classification_data("imdb_reviews", "test", data_dir=str(tmp_path), fallback=False)
+    message = str(info.value)
+    assert f"'imdb_reviews' is not prepared in {tmp_path} and its download {refused_url}" in message
+    assert "Connection refused" in message and "\n" not in message
+    with caplog.at_level("WARNING", logger="keras_transformer.data.task_sources"):
+        data = load_classification_data("imdb_reviews", "test[:3]", data_dir=str(tmp_path))
+    assert data.origin == "synthetic_sentiment" and "DataUnavailableError" in caplog.text
+
+
 def test_train_command_without_download_or_local_copy(tmp_path, capsys):
     argv = ["train", "--config", "multi30k_de_en", "--run-dir", str(tmp_path / "run")]
     argv += ["--set", "data.download=false", "--set", f"data.data_dir={tmp_path / 'tfds'}"]

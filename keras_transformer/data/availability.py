@@ -94,8 +94,9 @@ def load_tfds(
     """`tfds.load(name, split=split, ..., with_info=True)`: the dataset and its info.
 
     Raises:
-        DataUnavailableError: `download` is False and the dataset is not prepared in
-            `data_dir` (where TFDS raises an `AssertionError`).
+        DataUnavailableError: the dataset is not prepared in `data_dir` and `download` is
+            False (where TFDS raises an `AssertionError`), or a host it downloads from
+            (its checksums file's URLs) does not answer within `HOST_TIMEOUT_S`.
 
     Example (not run as a doctest: it reads a prepared dataset):
 
@@ -105,6 +106,8 @@ def load_tfds(
     """
     import tensorflow_datasets as tfds
 
+    if download:
+        _check_hosts(name, tfds.builder(name, data_dir=data_dir, **(builder_kwargs or {})))
     try:
         return tfds.load(
             name,
@@ -121,6 +124,28 @@ def load_tfds(
         if builder.is_prepared():
             raise
         raise _not_prepared_error(name, os.fspath(builder.data_dir_root)) from None
+
+
+def _check_hosts(name: str, builder: Any) -> None:
+    """Raises `DataUnavailableError` at once when a dataset to download has a host that does
+    not answer, where TFDS's downloader would retry for minutes before failing.
+
+    The URLs are those of the builder's checksums file (`url_infos`); a dataset without one,
+    one already prepared, or a builder that checks its own (`CHECKS_ITS_OWN_HOSTS`, as
+    Multi30k's, which reads a local copy first) is left to TFDS.
+    """
+    if getattr(builder, "CHECKS_ITS_OWN_HOSTS", False) or builder.is_prepared():
+        return
+    for url in sorted(builder.url_infos or {}):
+        reason = unreachable_reason(url)
+        if reason is not None:
+            raise DataUnavailableError(
+                f"The TFDS dataset {name!r} is not prepared in "
+                f"{os.fspath(builder.data_dir_root)} and its download {url} could not be "
+                f"reached ({reason}). Prepare it where the network is reachable (`tfds build "
+                f"{name} --data_dir <folder>`), copy that folder here and name it with "
+                f"`{TFDS_DATA_DIR_CONFIG_KEY}` (argument `data_dir`)."
+            )
 
 
 def _not_prepared_error(name: str, data_dir: str) -> DataUnavailableError:

@@ -201,6 +201,9 @@ class Multi30k(tfds.core.GeneratorBasedBuilder):
 
     VERSION = tfds.core.Version("1.0.0")
     RELEASE_NOTES = {"1.0.0": "Initial release."}
+    # A local copy first, then its host (`_check_downloadable`): `availability.load_tfds`
+    # asks no host for it.
+    CHECKS_ITS_OWN_HOSTS = True
     BUILDER_CONFIGS = [
         Multi30kConfig(source_lang=s, target_lang=t)
         for s, t in itertools.permutations(LANGUAGES, 2)
