@@ -352,8 +352,10 @@ def test_a_run_on_given_examples_is_scored_only_on_given_examples(tmp_path, caps
         return tf.data.Dataset.from_tensor_slices(synthetic_classification(split))
 
     overrides = ["data.vocab_size=300", "data.batch_size=16", "classification.max_length=32"]
+    overrides += ["data.download=false", f"data.data_dir={tmp_path / 'tfds'}"]  # offline
+    config = load_config("imdb_reviews", [*TINY_TRAINING, *overrides])
     result = train(
-        load_config("imdb_reviews", [*TINY_TRAINING, *overrides]),
+        config,
         str(tmp_path / "run"),
         train_data=examples("train[:200]"),
         labels=["neg", "pos"],
@@ -364,3 +366,17 @@ def test_a_run_on_given_examples_is_scored_only_on_given_examples(tmp_path, caps
     assert "trained on data given to `train`" in capsys.readouterr().err
     scored = evaluate_run(result.run_dir, "test", data=examples("test[:40]"))
     assert scored.num_sentences == 40 and 0.0 <= scored.scores["accuracy"] <= 1.0
+    # Interrupted, then run again without its data: that would train on the config's.
+    from crash import CrashAt
+
+    interrupted = str(tmp_path / "interrupted")
+    with pytest.raises(KeyboardInterrupt):
+        train(
+            config,
+            interrupted,
+            train_data=examples("train[:200]"),
+            labels=["neg", "pos"],
+            extra_callbacks=[CrashAt(1)],
+        )
+    with pytest.raises(ValueError, match="with the same `train_data` given to `train`"):
+        train(config, interrupted)

@@ -135,10 +135,15 @@ def check_reusable(paths: RunPaths, settings: dict[str, Any]) -> None:
             else f"a new run directory, or the folder {storage.parent(path)} deleted (no "
             "model was trained there yet)"
         )
+        data = (
+            " (with the same `train_data` given to `train`: it trained on given data)"
+            if saved.get("given_data") and not settings.get("given_data")
+            else ""
+        )
         raise ValueError(
             f"Received a config whose tokenizer settings differ from those of the run "
             f"directory {paths.root}: {received}. Expected the settings its tokenizers were "
-            f"trained with, to resume or retrain that run, or {remedy}."
+            f"trained with, to resume or retrain that run{data}, or {remedy}."
         )
 
 
