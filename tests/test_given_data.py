@@ -8,6 +8,7 @@ from task_configs import RECIPES, TINY_TRAINING, task_of
 from keras_transformer.config import load_config
 from keras_transformer.data import synthetic
 from keras_transformer.data.task_sources import TaskData
+from keras_transformer.runner import train
 from keras_transformer.tokenization import train_sentencepiece
 
 WORDS = "the a dog cat runs sleeps big small red blue sees eats house tree river".split()
@@ -109,3 +110,94 @@ def test_a_sentence_of_more_or_fewer_tags_than_words_is_refused(tokenizer, case)
     words = len(sentences[5 if case != "long" else 6])
     tags_count = words - 1 if case != "long" else words + 1
     assert f"has] [{words}] [words but] [{tags_count}] [tags" in message
+
+
+TEXTS = ["a dog runs", "the cat sleeps"]
+STRUCTURES = {
+    "classification": {
+        "batched": tf.data.Dataset.from_tensor_slices((TEXTS, [0, 1])).batch(2),
+        "text only": tf.data.Dataset.from_tensor_slices(TEXTS),
+        "dict": tf.data.Dataset.from_tensor_slices({"text": TEXTS, "label": [0, 1]}),
+        "float labels": tf.data.Dataset.from_tensor_slices((TEXTS, [0.0, 1.0])),
+        "string labels": tf.data.Dataset.from_tensor_slices((TEXTS, ["neg", "pos"])),
+    },
+    "tagging": {
+        "sentences": tf.data.Dataset.from_tensor_slices((TEXTS, [0, 1])),
+        "string tags": _tagged([["a", "dog"], ["the"]], [[0, 1], [0]]).map(
+            lambda words, tags: (words, tf.strings.as_string(tags))
+        ),
+    },
+    "language_modeling": {
+        "batched": tf.data.Dataset.from_tensor_slices(TEXTS).batch(2),
+        "pairs": tf.data.Dataset.from_tensor_slices((TEXTS, TEXTS)),
+        "dict": tf.data.Dataset.from_tensor_slices({"text": TEXTS}),
+    },
+}
+EXPECTED = {
+    "classification": "(text: str scalar, label: int scalar)",
+    "tagging": "(words: str (W,), tags: int (W,))",
+    "language_modeling": "of unbatched examples text: str scalar",
+}
+
+
+@pytest.mark.parametrize(
+    "task,case", [(task, case) for task, cases in STRUCTURES.items() for case in cases]
+)
+@pytest.mark.parametrize("argument", ["train_data", "validation_data"])
+def test_data_of_another_structure_is_refused_before_anything_is_written(
+    tmp_path, task, case, argument
+):
+    run_dir = tmp_path / "run"
+    good = {
+        "classification": tf.data.Dataset.from_tensor_slices((TEXTS, [0, 1])),
+        "tagging": _tagged([["a", "dog"], ["the"]], [[0, 1], [0]]),
+        "language_modeling": tf.data.Dataset.from_tensor_slices(TEXTS),
+    }[task]
+    data = {"train_data": good, "validation_data": good, argument: STRUCTURES[task][case]}
+    labels = None if task == "language_modeling" else ["x", "y"]
+    with pytest.raises(ValueError) as error:
+        train(_config(task, str(run_dir)), **data, labels=labels)
+    message = str(error.value)
+    assert f"argument `{argument}`" in message
+    assert EXPECTED[task] in message
+    assert f"Received: element_spec={STRUCTURES[task][case].element_spec}" in message
+    assert not run_dir.exists()
+
+
+@pytest.mark.parametrize(
+    "labels", [[0, 1], [1, 2], ["a", "a"], ["only"], "np", ["a", ""], ["a", "b\nc"], None]
+)
+def test_invalid_label_names_are_refused_before_anything_is_written(tmp_path, labels):
+    run_dir = tmp_path / "run"
+    data = TaskData(_classified(), labels, "mine") if labels is None else _classified()
+    with pytest.raises(ValueError) as error:
+        if labels is None:  # a TaskData of no labels
+            train(_config("classification", str(run_dir)), train_data=data)
+        else:
+            train(_config("classification", str(run_dir)), train_data=data, labels=labels)
+    message = str(error.value)
+    assert "Received an invalid value for argument `" in message
+    assert "at least two distinct, non-empty, single-line strings" in message
+    assert f"labels={labels!r}" in message
+    assert not run_dir.exists()
+
+
+def test_labels_that_differ_between_the_arguments_are_refused(tmp_path):
+    run_dir = tmp_path / "run"
+    config = _config("classification", str(run_dir))
+    mine = TaskData(_classified(), tuple(LABELS), "mine")
+    other = TaskData(_classified(), ("bad", "good"), "other")
+    with pytest.raises(ValueError, match="argument `validation_data`") as error:
+        train(config, train_data=mine, validation_data=other)
+    assert "('bad', 'good')" in str(error.value) and str(LABELS) in str(error.value)
+    with pytest.raises(ValueError, match="argument `labels`, expected None or the labels"):
+        train(config, train_data=mine, labels=["bad", "good"])
+    with pytest.raises(ValueError, match="argument `labels`, expected None for a"):
+        train(
+            _config("language_modeling", str(run_dir)),
+            train_data=tf.data.Dataset.from_tensor_slices(TEXTS),
+            labels=LABELS,
+        )
+    with pytest.raises(ValueError, match="`labels` without `train_data`"):
+        train(config, labels=LABELS)
+    assert not run_dir.exists()
