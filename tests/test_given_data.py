@@ -1,13 +1,17 @@
 """`train` on one's own labelled data: the examples' structure, the label names and the
 label ids are checked, and an interrupted run resumes only on its own labels."""
 
+import os
+
 import pytest
 import tensorflow as tf
+from crash import CrashAt
 from task_configs import RECIPES, TINY_TRAINING, task_of
 
 from keras_transformer.config import load_config
 from keras_transformer.data import synthetic
 from keras_transformer.data.task_sources import TaskData
+from keras_transformer.run_dir import RunPaths
 from keras_transformer.runner import train
 from keras_transformer.tokenization import train_sentencepiece
 
@@ -201,3 +205,35 @@ def test_labels_that_differ_between_the_arguments_are_refused(tmp_path):
     with pytest.raises(ValueError, match="`labels` without `train_data`"):
         train(config, labels=LABELS)
     assert not run_dir.exists()
+
+
+def _contents(root):
+    found = {}
+    for folder, _, names in os.walk(root):
+        for name in names:
+            path = os.path.join(folder, name)
+            with open(path, "rb") as f:
+                found[os.path.relpath(path, root)] = f.read()
+    return found
+
+
+def test_an_interrupted_run_resumes_only_on_its_own_labels(tmp_path):
+    paths = RunPaths(str(tmp_path / "run"))
+    interrupted = ["training.epochs=2", "training.backup_freq=1"]
+    config = _config("classification", paths.root, *interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        train(config, train_data=_classified(), labels=LABELS, extra_callbacks=[CrashAt(3)])
+    assert os.path.isdir(paths.backup)
+    before = _contents(paths.root)
+    texts = _texts()
+    swapped = [1 - int("dog" in t) for t in texts]
+    for labels in (LABELS[::-1], [*LABELS, "neutral"]):
+        with pytest.raises(ValueError, match="differ from the interrupted run's") as error:
+            train(config, train_data=_classified(swapped), labels=labels)
+        message = str(error.value)
+        assert paths.labels in message
+        assert str(labels) in message and str(LABELS) in message
+        assert _contents(paths.root) == before  # labels.txt, config.yaml and all as they were
+    # Its own labels resume it.
+    result = train(config, train_data=_classified(), labels=LABELS)
+    assert int(result.model.optimizer.iterations) == 2 * 2

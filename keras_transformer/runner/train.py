@@ -28,6 +28,7 @@ from keras_transformer.runner.resuming import (
     backup_mismatch,
     check_not_finished,
     check_resumable,
+    check_same_labels,
 )
 from keras_transformer.tasks import get_task
 from keras_transformer.training.callbacks import BackupMismatchError
@@ -132,9 +133,15 @@ def train(
         ValueError: for a run directory that holds a finished run (its `model.keras` and no
             backup: use a new one), an interrupted run's directory with another model than
             its `config.yaml`'s (its `model` section but the training-only options), or
-            tokenizers trained with other settings, before anything is written; for an
-            interrupted run whose backup does not fit the model or optimizer (EMA turned on,
-            say), before the first step, its `config.yaml` left as it was.
+            tokenizers trained with other settings, own data whose elements are not the
+            task's raw examples (`Task.example_spec`), invalid `labels`
+            (`run_dir.label_names`) or an interrupted run's directory with other labels than
+            its `labels.txt`, before anything is written; for an interrupted run whose
+            backup does not fit the model or optimizer (EMA turned on, say), before the first
+            step, its `config.yaml` left as it was.
+        tf.errors.InvalidArgumentError: as the examples are encoded, for a label id outside
+            `[0, len(labels))` or a sentence of more or fewer tags than words, naming the
+            data (`train_data`, `validation_data`).
 
     Example (not run as a doctest: it trains):
 
@@ -160,6 +167,7 @@ def train(
 
     given = given_data(task, train_data, validation_data, labels)
     train_split, validation_data = task.load_training_data(given)
+    check_same_labels(paths, train_split.labels)
     if chief:  # before the config is saved: a refused run directory keeps its own
         check_reusable(paths, _tokenizer_settings(task, train_split))
     # The data is found: the run directory is written from here on.
