@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 from keras_transformer import storage
 
@@ -156,14 +157,36 @@ def load_run(root: str):
     )
 
 
+def label_names(labels: Any, argument: str = "labels") -> tuple[str, ...]:
+    """`labels` as the names a run keeps (`labels.txt`, a line each): a list or tuple of at
+    least two distinct, non-empty, single-line strings, in id order.
+
+    Raises:
+        ValueError: naming `argument` and the value, for anything else.
+    """
+    ok = (
+        isinstance(labels, (list, tuple))
+        and len(labels) >= 2
+        and all(_single_line(label) for label in labels)
+        and len(set(labels)) == len(labels)
+    )
+    if not ok:
+        raise ValueError(
+            f"Received an invalid value for argument `{argument}`, expected a list of at "
+            "least two distinct, non-empty, single-line strings: the names of the label ids "
+            f"0, 1, ..., in order. Received: {argument}={labels!r}"
+        )
+    return tuple(labels)
+
+
+def _single_line(label: Any) -> bool:
+    return isinstance(label, str) and bool(label) and not {"\n", "\r"} & set(label)
+
+
 def write_labels(root: str, labels: tuple[str, ...]) -> str:
-    """Writes the label names, one a line, to `root/labels.txt`; returns the path."""
-    for label in labels:
-        if not label or "\n" in label:
-            raise ValueError(
-                "Received an invalid label name, expected a non-empty single line. "
-                f"Received: {label!r}"
-            )
+    """Writes the label names (`label_names`), one a line, to `root/labels.txt`; returns
+    the path."""
+    labels = label_names(labels)
     path = RunPaths(root).labels
     storage.write_text(path, "".join(f"{label}\n" for label in labels))
     return path

@@ -364,6 +364,10 @@ def test_a_run_on_given_examples_is_scored_only_on_given_examples(tmp_path, caps
         evaluate_run(result.run_dir, "test")
     assert main(["evaluate", result.run_dir, "--split", "validation"]) == 2
     assert "trained on data given to `train`" in capsys.readouterr().err
+    with pytest.raises(
+        ValueError, match=r"argument `data`.*\(text: str scalar, label: int scalar\)"
+    ):
+        evaluate_run(result.run_dir, "test", data=examples("test[:40]").batch(8))
     scored = evaluate_run(result.run_dir, "test", data=examples("test[:40]"))
     assert scored.num_sentences == 40 and 0.0 <= scored.scores["accuracy"] <= 1.0
     # Interrupted, then run again without its data: that would train on the config's.

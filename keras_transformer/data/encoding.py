@@ -34,6 +34,7 @@ from typing import Any
 import tensorflow as tf
 
 from keras_transformer.constants import BOS_ID, EOS_ID, NO_TAG_ID
+from keras_transformer.data.examples import assertion
 from keras_transformer.tokenization import append_eos
 
 # Examples tokenized at once by the input pipelines (tf-text vectorizes over a block).
@@ -144,7 +145,12 @@ def tagging_ids(tokenizer: Any, words: tf.RaggedTensor, max_length: int | None =
 
 
 def tagging_labels(
-    tokenizer: Any, words: tf.RaggedTensor, tags: tf.RaggedTensor, max_length: int
+    tokenizer: Any,
+    words: tf.RaggedTensor,
+    tags: tf.RaggedTensor,
+    max_length: int,
+    *,
+    origin: str = "the data",
 ) -> tuple[tf.RaggedTensor, tf.RaggedTensor]:
     """The ids of tagged sentences and their labels, cut to `max_length`.
 
@@ -155,10 +161,33 @@ def tagging_labels(
         words: `tf.string` (N, W) ragged.
         tags: int (N, W) ragged, each word's tag id.
         max_length: the most ids per sentence.
+        origin: the data's name in the error for a sentence of more or fewer tags than words.
 
     Returns:
         `(ids, labels)`: int32 (N, T) ragged each.
+
+    Raises:
+        tf.errors.InvalidArgumentError: when it runs, for a sentence of another number of
+            tags than words (else the block's tags would shift across its sentences).
     """
+    word_counts, tag_counts = words.row_lengths(), tags.row_lengths()
+    differ = tf.not_equal(word_counts, tag_counts)
+
+    def first_of_them() -> list[Any]:  # the first sentence that differs
+        first = tf.ragged.boolean_mask(words, differ)[:1]
+        return [
+            f"Received an example of {origin} whose tags and words differ in number: expected a "
+            "tag per word. An example has",
+            first.row_lengths(),
+            "words but",
+            tf.boolean_mask(tag_counts, differ)[:1],
+            "tags:",
+            tf.strings.reduce_join(first, axis=-1, separator=" "),
+        ]
+
+    check = assertion(tf.logical_not(tf.reduce_any(differ)), first_of_them)
+    with tf.control_dependencies([check]):
+        tags = tags.with_flat_values(tf.identity(tags.flat_values))
     ids, starts, counts = tagging_ids(tokenizer, words)
     tag_of_piece = tf.repeat(tf.cast(tags.flat_values, tf.int32) + 1, counts.flat_values)
     labels = ids.with_flat_values(tf.where(starts.flat_values, tag_of_piece, NO_TAG_ID))

@@ -54,6 +54,7 @@ from keras_transformer.data.encoding import (
     translation_source,
     translation_targets,
 )
+from keras_transformer.data.examples import TEXT_PAIRS, check_examples
 from keras_transformer.validation import check_one_of, check_positive_int
 
 
@@ -90,7 +91,7 @@ def encode_pairs(
     ```
     """
     target_tokenizer = source_tokenizer if target_tokenizer is None else target_tokenizer
-    _check_pairs(dataset)
+    check_examples(dataset, TEXT_PAIRS, "dataset")
     for arg, tokenizer in (
         ("source_tokenizer", source_tokenizer),
         ("target_tokenizer", target_tokenizer),
@@ -232,24 +233,6 @@ def make_batches(
         cache=cache,
         drop_remainder=drop_remainder,
     )
-
-
-def _check_pairs(dataset: Any) -> None:
-    spec = getattr(dataset, "element_spec", None)
-    ok = (
-        isinstance(dataset, tf.data.Dataset)
-        and isinstance(spec, tuple)
-        and len(spec) == 2
-        and all(
-            isinstance(s, tf.TensorSpec) and s.dtype == tf.string and s.shape.rank == 0
-            for s in spec
-        )
-    )
-    if not ok:
-        raise ValueError(
-            "Received an invalid value for argument `dataset`, expected a tf.data.Dataset of "
-            f"(source_text, target_text) scalar tf.string pairs. Received: element_spec={spec}"
-        )
 
 
 def _check_tokenizer(name: str, tokenizer: Any) -> None:

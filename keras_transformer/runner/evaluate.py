@@ -141,6 +141,7 @@ def _task_data(task: Any, run_dir: str, data: Any) -> Any:
             "Received an invalid value for argument `data`, expected a tf.data.Dataset of "
             f"the task's examples or a TaskData. Received: {type(data).__name__}"
         )
+    task.check_examples(data, "data")
     return TaskData(data, read_labels(run_dir) if task.labelled else None, "data")
 
 

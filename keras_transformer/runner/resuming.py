@@ -8,7 +8,7 @@ from typing import Any
 from keras_transformer import storage
 from keras_transformer.config import ExperimentConfig, load_config
 from keras_transformer.config.sections import TRAINING_ONLY
-from keras_transformer.run_dir import RunPaths
+from keras_transformer.run_dir import RunPaths, read_labels
 from keras_transformer.training.callbacks import BackupMismatchError
 
 
@@ -58,6 +58,26 @@ def check_resumable(config: ExperimentConfig, paths: RunPaths) -> None:
             f"{paths.root}: {_listed(changes)}. Its backup ({paths.backup}) holds weights "
             f"trained as the run's model. Expected the run's own settings, to resume it "
             f"(`--config {paths.config}`, the config it saved), or a new run directory."
+        )
+
+
+def check_same_labels(paths: RunPaths, labels: tuple[str, ...] | None) -> None:
+    """Refuses to resume an interrupted run (its `backup/`) on other label names than its
+    `labels.txt`'s: its weights score the classes in that order, so other names, another
+    order or another number would give the restored weights' classes the wrong names.
+
+    Raises:
+        ValueError: naming the run's `labels.txt` and both lists.
+    """
+    if labels is None or not storage.exists(paths.backup) or not storage.exists(paths.labels):
+        return
+    saved = read_labels(paths.root)
+    if tuple(labels) != saved:
+        raise ValueError(
+            f"Received data whose labels {list(labels)} differ from the interrupted run's in "
+            f"{paths.root}: {list(saved)} ({paths.labels}). Its backup ({paths.backup}) holds "
+            "weights trained on those labels, in that order. Expected the run's labels, to "
+            "resume it, or a new run directory."
         )
 
 

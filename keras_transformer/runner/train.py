@@ -23,10 +23,12 @@ from keras_transformer.config import ExperimentConfig, save_config
 from keras_transformer.data.batching import count_batches, without_autotuning
 from keras_transformer.data.task_sources import TaskData
 from keras_transformer.run_dir import RunPaths, write_labels
+from keras_transformer.runner.given_data import given_data
 from keras_transformer.runner.resuming import (
     backup_mismatch,
     check_not_finished,
     check_resumable,
+    check_same_labels,
 )
 from keras_transformer.tasks import get_task
 from keras_transformer.training.callbacks import BackupMismatchError
@@ -131,9 +133,15 @@ def train(
         ValueError: for a run directory that holds a finished run (its `model.keras` and no
             backup: use a new one), an interrupted run's directory with another model than
             its `config.yaml`'s (its `model` section but the training-only options), or
-            tokenizers trained with other settings, before anything is written; for an
-            interrupted run whose backup does not fit the model or optimizer (EMA turned on,
-            say), before the first step, its `config.yaml` left as it was.
+            tokenizers trained with other settings, own data whose elements are not the
+            task's raw examples (`Task.example_spec`), invalid `labels`
+            (`run_dir.label_names`) or an interrupted run's directory with other labels than
+            its `labels.txt`, before anything is written; for an interrupted run whose
+            backup does not fit the model or optimizer (EMA turned on, say), before the first
+            step, its `config.yaml` left as it was.
+        tf.errors.InvalidArgumentError: as the examples are encoded, for a label id outside
+            `[0, len(labels))` or a sentence of more or fewer tags than words, naming the
+            data (`train_data`, `validation_data`).
 
     Example (not run as a doctest: it trains):
 
@@ -157,8 +165,9 @@ def train(
         strategy = make_strategy(t.strategy, t.devices)
     chief = is_chief(strategy)
 
-    given = _given_data(task, train_data, validation_data, labels)
+    given = given_data(task, train_data, validation_data, labels)
     train_split, validation_data = task.load_training_data(given)
+    check_same_labels(paths, train_split.labels)
     if chief:  # before the config is saved: a refused run directory keeps its own
         check_reusable(paths, _tokenizer_settings(task, train_split, given is not None))
     # The data is found: the run directory is written from here on.
@@ -296,42 +305,6 @@ def training_data(
 def _tokenizer_settings(task: Any, data: TaskData, given: bool) -> dict[str, Any]:
     """What the run's tokenizers are trained from and with (`tokenizer_settings`)."""
     return tokenizer_settings(task.config, data.origin, shared=task.shared_vocab, given=given)
-
-
-def _given_data(
-    task: Any,
-    train_data: tf.data.Dataset | TaskData | None,
-    validation_data: tf.data.Dataset | TaskData | None,
-    labels: Sequence[str] | None,
-) -> tuple[TaskData, TaskData | None] | None:
-    """`train`'s own data as `TaskData` (None: the config's data)."""
-    if train_data is None:
-        if validation_data is not None:
-            raise ValueError(
-                "Received `validation_data` without `train_data`, expected both (or neither: "
-                "the config's data)."
-            )
-        return None
-    if task.labelled and labels is None and not isinstance(train_data, TaskData):
-        raise ValueError(
-            f"Received `train_data` for a {task.name} run without `labels`, expected the "
-            "names of its label ids, e.g. labels=['negative', 'positive']."
-        )
-
-    def wrap(data: tf.data.Dataset | TaskData, origin: str) -> TaskData:
-        if isinstance(data, TaskData):
-            return data
-        if not isinstance(data, tf.data.Dataset):
-            raise ValueError(
-                f"Received an invalid value for argument `{origin}`, expected a "
-                f"tf.data.Dataset of the task's examples. Received: {type(data).__name__}"
-            )
-        return TaskData(data, tuple(labels) if labels is not None else None, origin)
-
-    return (
-        wrap(train_data, "train_data"),
-        None if validation_data is None else wrap(validation_data, "validation_data"),
-    )
 
 
 def build_and_compile(

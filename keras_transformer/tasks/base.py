@@ -21,6 +21,7 @@ import keras
 import tensorflow as tf
 
 from keras_transformer.data.batching import bucket_batches, default_bucket_lengths
+from keras_transformer.data.examples import Component, check_examples
 from keras_transformer.data.task_sources import TaskData
 from keras_transformer.evaluation import EvaluationResult
 from keras_transformer.run_dir import RunPaths
@@ -41,6 +42,8 @@ class Task(abc.ABC):
         labelled: whether the run keeps label names (`labels.txt`).
         hard_vocab_limit: whether `data.vocab_size` is exact (else a most: a recipe
             sized for its TFDS dataset also trains on the much smaller offline set).
+        example_spec: the components of its raw examples (`data.examples`), as its loaders
+            yield them and `train`'s own data must be.
 
     Args:
         config: the experiment config.
@@ -53,6 +56,7 @@ class Task(abc.ABC):
     decodes: ClassVar[bool] = False
     labelled: ClassVar[bool] = False
     hard_vocab_limit: ClassVar[bool] = True
+    example_spec: ClassVar[tuple[Component, ...]]
 
     def __init__(self, config: Any) -> None:
         if config.task != self.name:
@@ -171,6 +175,16 @@ class Task(abc.ABC):
             dataclasses.replace(data, dataset=held_out, origin=f"{data.origin} (holdout)"),
         )
 
+    @classmethod
+    def check_examples(cls, dataset: Any, argument: str) -> None:
+        """Refuses a dataset (`argument`: its name in the error) whose elements are not the
+        task's raw examples (`example_spec`).
+
+        Raises:
+            ValueError: naming `argument`, the expected and the received element spec.
+        """
+        check_examples(dataset, cls.example_spec, argument)
+
     @abc.abstractmethod
     def tokenizer_texts(self, data: TaskData) -> tf.data.Dataset:
         """`(source_text, target_text)` string pairs the tokenizers learn from (a single
@@ -182,9 +196,18 @@ class Task(abc.ABC):
         return True
 
     @abc.abstractmethod
-    def encode(self, dataset: tf.data.Dataset, tokenizers: tuple[Any, Any]) -> tf.data.Dataset:
+    def encode(
+        self,
+        dataset: tf.data.Dataset,
+        tokenizers: tuple[Any, Any],
+        *,
+        labels: tuple[str, ...] | None = None,
+        origin: str = "the data",
+    ) -> tf.data.Dataset:
         """The task's raw examples as `(x, y)` examples of 1-D int32 tensors (or scalar
-        labels), encoded as its predictor encodes (`data.encoding`)."""
+        labels), encoded as its predictor encodes (`data.encoding`). With `labels` (a task
+        with labels), an id outside them, met as the examples are encoded, raises
+        `tf.errors.InvalidArgumentError` naming `origin` (the data) and the range."""
 
     def make_batches(
         self,
@@ -214,7 +237,7 @@ class Task(abc.ABC):
                 for t in tokenizers
             )
         return bucket_batches(
-            self.encode(dataset, tokenizers),
+            self.encode(dataset, tokenizers, labels=data.labels, origin=data.origin),
             batch_size=batch_size or d.batch_size,
             tokens_per_batch=None if batch_size else d.tokens_per_batch,
             bucket_lengths=default_bucket_lengths(longest, d.bucket_step),

@@ -21,6 +21,7 @@ from typing import Any
 import tensorflow as tf
 
 from keras_transformer.data.encoding import classification_ids, encode_in_blocks
+from keras_transformer.data.examples import Component, checked_label_ids
 from keras_transformer.data.task_sources import TaskData
 from keras_transformer.predictors import TextClassifier
 from keras_transformer.tasks.labelled import LabelledTask, source_options, task_texts
@@ -58,6 +59,7 @@ class ClassificationTask(LabelledTask):
     name = "classification"
     model_name = "classifier"
     predictor_class = TextClassifier
+    example_spec = (Component("text", "str", 0), Component("label", "int", 0))
 
     def load_data(self, split: str, *, validation: bool = False) -> TaskData:
         from keras_transformer.data.task_sources import load_classification_data
@@ -74,15 +76,24 @@ class ClassificationTask(LabelledTask):
     def tokenizer_texts(self, data: TaskData) -> tf.data.Dataset:
         return task_texts(data, lambda text, label: text)
 
-    def encode(self, dataset: tf.data.Dataset, tokenizers: tuple[Any, Any]) -> tf.data.Dataset:
+    def encode(
+        self,
+        dataset: tf.data.Dataset,
+        tokenizers: tuple[Any, Any],
+        *,
+        labels: tuple[str, ...] | None = None,
+        origin: str = "the data",
+    ) -> tf.data.Dataset:
         """`x` BOS then the text's ids (cut to `max_length`; BOS is the first-token
         pooler's summary token), `y` the label; an empty text is dropped."""
         tokenizer, length = tokenizers[0], self.section.max_length
-        return encode_in_blocks(
-            dataset,
-            lambda texts, labels: (classification_ids(tokenizer, texts, length), labels),
-            min_length=2,  # more than BOS
-        )
+
+        def encode(texts: tf.Tensor, ids: tf.Tensor) -> tuple[tf.RaggedTensor, tf.Tensor]:
+            if labels is not None:
+                ids = checked_label_ids(ids, len(labels), origin)
+            return classification_ids(tokenizer, texts, length), ids
+
+        return encode_in_blocks(dataset, encode, min_length=2)  # more than BOS
 
     def num_classes(self, labels: tuple[str, ...]) -> int:
         return len(labels)

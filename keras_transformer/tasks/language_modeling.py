@@ -21,6 +21,7 @@ from keras_transformer.data.encoding import (
     encode_in_blocks,
     language_model_windows,
 )
+from keras_transformer.data.examples import Component
 from keras_transformer.data.task_sources import TaskData
 from keras_transformer.predictors import TextGenerator
 from keras_transformer.tasks.base import Task
@@ -42,6 +43,7 @@ class LanguageModelingTask(Task):
     main_metric = "perplexity"
     decodes = True
     hard_vocab_limit = False
+    example_spec = (Component("text", "str", 0),)
 
     def load_data(self, split: str, *, validation: bool = False) -> TaskData:
         from keras_transformer.data.task_sources import load_language_modeling_data
@@ -58,7 +60,14 @@ class LanguageModelingTask(Task):
     def tokenizer_texts(self, data: TaskData) -> tf.data.Dataset:
         return data.dataset.map(lambda text: (text, ""))
 
-    def encode(self, dataset: tf.data.Dataset, tokenizers: tuple[Any, Any]) -> tf.data.Dataset:
+    def encode(
+        self,
+        dataset: tf.data.Dataset,
+        tokenizers: tuple[Any, Any],
+        *,
+        labels: tuple[str, ...] | None = None,
+        origin: str = "the data",
+    ) -> tf.data.Dataset:
         """`x` `[BOS] + tokens`, `y` `tokens + [EOS]`; a document longer than `max_length`
         is cut into consecutive windows of `max_length` positions (a window after the first
         starts with the token before it, not BOS). A blank document is dropped (it would

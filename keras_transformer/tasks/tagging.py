@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from keras_transformer.constants import NO_TAG_ID
 from keras_transformer.data.encoding import encode_in_blocks, tagging_labels
+from keras_transformer.data.examples import Component, checked_label_ids
 from keras_transformer.data.task_sources import TaskData
 from keras_transformer.predictors import TextTagger
 from keras_transformer.tasks.labelled import LabelledTask, source_options, task_texts
@@ -30,6 +31,7 @@ class TaggingTask(LabelledTask):
     name = "tagging"
     model_name = "tagger"
     predictor_class = TextTagger
+    example_spec = (Component("words", "str", 1), Component("tags", "int", 1))
 
     def load_data(self, split: str, *, validation: bool = False) -> TaskData:
         from keras_transformer.data.task_sources import load_tagging_data
@@ -46,15 +48,28 @@ class TaggingTask(LabelledTask):
     def tokenizer_texts(self, data: TaskData) -> tf.data.Dataset:
         return task_texts(data, lambda words, tags: tf.strings.reduce_join(words, separator=" "))
 
-    def encode(self, dataset: tf.data.Dataset, tokenizers: tuple[Any, Any]) -> tf.data.Dataset:
+    def encode(
+        self,
+        dataset: tf.data.Dataset,
+        tokenizers: tuple[Any, Any],
+        *,
+        labels: tuple[str, ...] | None = None,
+        origin: str = "the data",
+    ) -> tf.data.Dataset:
         """`x` the sentence's subword ids, `y` a word's tag k as id k + 1 on its first piece
-        and `NO_TAG_ID` on its other pieces (each word scored once); cut to `max_length`."""
+        and `NO_TAG_ID` on its other pieces (each word scored once); cut to `max_length`.
+        A sentence of another number of tags than words raises
+        `tf.errors.InvalidArgumentError` (`data.encoding.tagging_labels`)."""
         tokenizer, length = tokenizers[0], self.section.max_length
-        return encode_in_blocks(
-            dataset,
-            lambda words, tags: tagging_labels(tokenizer, words, tags, length),
-            ragged=True,
-        )
+
+        def encode(words: tf.RaggedTensor, tags: tf.RaggedTensor) -> Any:
+            if labels is not None:
+                tags = tags.with_flat_values(
+                    checked_label_ids(tags.flat_values, len(labels), origin, "tag")
+                )
+            return tagging_labels(tokenizer, words, tags, length, origin=origin)
+
+        return encode_in_blocks(dataset, encode, ragged=True)
 
     def num_classes(self, labels: tuple[str, ...]) -> int:
         return len(labels) + 1  # and NO_TAG_ID

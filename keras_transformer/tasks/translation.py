@@ -27,6 +27,7 @@ import keras
 import tensorflow as tf
 
 from keras_transformer.constants import MULTI30K_DIR_ENV_VAR, PAD_ID
+from keras_transformer.data.examples import TEXT_PAIRS
 from keras_transformer.data.task_sources import TaskData
 from keras_transformer.data.text_files import read_lines
 from keras_transformer.evaluation import EvaluationResult, evaluate_translator
@@ -48,6 +49,7 @@ class TranslationTask(Task):
     predictor_class = Translator
     main_metric = "bleu"
     decodes = True
+    example_spec = TEXT_PAIRS
 
     # Data.
 
@@ -89,7 +91,14 @@ class TranslationTask(Task):
     def shared_vocab(self) -> bool:
         return self.section.shared_vocab
 
-    def encode(self, dataset: tf.data.Dataset, tokenizers: tuple[Any, Any]) -> tf.data.Dataset:
+    def encode(
+        self,
+        dataset: tf.data.Dataset,
+        tokenizers: tuple[Any, Any],
+        *,
+        labels: tuple[str, ...] | None = None,
+        origin: str = "the data",
+    ) -> tf.data.Dataset:
         """`((source_ids, target_in), target_out)`: the source ids (EOS last with
         `source_eos`), `[BOS] + target ids` and `target ids + [EOS]`; pairs over a length
         limit or with an empty side are dropped (`data.pipeline.encode_pairs`)."""
