@@ -200,6 +200,13 @@ train(load_config(None, json.loads(sys.argv[1])), extra_callbacks=[Steps()])
 """
 
 
+def _last_step(marker) -> int:
+    """The step the child wrote last (-1 before any); read once, as the child truncates the
+    file before each write and a second read may find it empty."""
+    text = marker.read_text() if marker.exists() else ""
+    return int(text) if text.strip() else -1
+
+
 def test_sigterm_backs_the_run_up_at_the_end_of_its_step_and_ends_it(corpus, tmp_path, caplog):
     paths = RunPaths(str(tmp_path / "run"))
     # No backup before the epoch's end but the one SIGTERM asks for.
@@ -215,7 +222,7 @@ def test_sigterm_backs_the_run_up_at_the_end_of_its_step_and_ends_it(corpus, tmp
     )
     try:
         deadline = time.monotonic() + 240
-        while not (marker.exists() and marker.read_text() and int(marker.read_text()) >= 3):
+        while _last_step(marker) < 3:
             assert process.poll() is None, process.stderr.read()[-3000:]
             assert time.monotonic() < deadline, "the run made no 3 steps in 240 s"
             time.sleep(0.05)
