@@ -26,7 +26,7 @@ from keras_transformer.serving.config import (
     read_model_server_config,
 )
 from keras_transformer.serving.errors import ServingStatusError, invalid, not_found
-from keras_transformer.serving.manager import ModelManager, Poller
+from keras_transformer.serving.manager import ModelManager, Poller, log_poll_error
 from keras_transformer.serving.monitoring import ServingMetrics, elapsed_usec
 from keras_transformer.serving.servable import DEFAULT_SIGNATURE, Servable, SessionOptions
 
@@ -112,8 +112,7 @@ class ServerCore:
 
     def refresh(self) -> None:
         """Scan every base path now (what the version poll does each interval)."""
-        for manager in list(self.managers.values()):
-            manager.scan()
+        poll(list(self.managers.values()))
 
     def reload_config(self, models: Sequence[ModelConfig]) -> None:
         """Apply a new model list, as TF Serving's ``ServerCore::ReloadConfig`` does.
@@ -147,8 +146,7 @@ class ServerCore:
                     logger.info("model %s: removed from the config; unloading", name)
                     self._removed[name] = manager
                     manager.close()
-            for manager in managers.values():
-                manager.scan()
+            poll(list(managers.values()))
 
     def reload_config_file(self, path: str | os.PathLike[str]) -> None:
         """Read ``path`` and apply it, as TF Serving's ``PollFilesystemAndReloadConfig``: a file
@@ -269,6 +267,22 @@ class ServerCore:
     def batching_stats(self, name: str) -> dict[str, int]:
         """How many merged session runs answered how many requests (``--enable_batching``)."""
         return self.manager(name, for_status=True).batching_stats()
+
+
+def poll(managers: Sequence[ModelManager]) -> None:
+    """List every model's base path, then apply each model's aspired versions.
+
+    As TF Serving's ``FileSystemStoragePathSource::PollFileSystemAndInvokeCallback``: when
+    any base path is missing or cannot be listed, the whole poll fails (logged in TF
+    Serving's words) and no model changes, not even those whose base paths were listed.
+    """
+    try:
+        aspired = [(manager, manager.list_versions()) for manager in managers]
+    except OSError as e:
+        log_poll_error(e)
+        return
+    for manager, versions in aspired:
+        manager.apply(versions)
 
 
 def _check_names(models: Sequence[ModelConfig]) -> None:

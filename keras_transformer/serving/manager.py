@@ -2,10 +2,12 @@
 
 Each model's base path holds integer version directories. Its version policy (``latest``,
 ``all``, ``specific``) says which ones to serve; a directory without ``saved_model.pb`` is not a
-version yet (write exports elsewhere and ``mv`` them in). As with TF Serving's
-``AvailabilityPreservingPolicy``, a version that leaves the policy is unloaded only once a new
-one is AVAILABLE, and it waits for the requests that hold it. A version that fails to load is
-reported (state END with its error) and retried when its ``saved_model.pb`` changes.
+version yet (write exports elsewhere and ``mv`` them in). As TF Serving's
+``AspiredVersionsManager`` with its ``AvailabilityPreservingPolicy``, a version that leaves the
+policy is unloaded only once an aspired one is AVAILABLE (or none is aspired), and it waits for
+the requests that hold it. A version that fails to load is reported (state END with its error)
+and retried when its ``saved_model.pb`` changes. A base path that cannot be listed changes
+nothing (``ServerCore``'s poll then fails for every model, as TF Serving's does).
 """
 
 from __future__ import annotations
@@ -36,7 +38,17 @@ class VersionState:
     state: str
     error_code: str = "OK"
     error_message: str = ""
-    stamp: float | None = None  # saved_model.pb mtime of a failed load (retry when it changes)
+
+
+@dataclasses.dataclass
+class _Harness:
+    """A version the manager manages (TF Serving's ``LoaderHarness`` with its ``Aspired``
+    flag): state ``new``, ``ready``, ``error`` or ``disabled`` (unloaded)."""
+
+    path: str
+    aspired: bool = True
+    state: str = "new"
+    stamp: float | None = None  # saved_model.pb mtime when it was loaded (retry a failure)
 
 
 def release_memory() -> None:
@@ -53,6 +65,11 @@ def _mtime(path: str) -> float | None:
         except OSError:
             continue
     return None
+
+
+def log_poll_error(error: OSError) -> None:
+    """Log a failed poll of the base paths in TF Serving's words (nothing changes)."""
+    logger.error("FileSystemStoragePathSource encountered a filesystem access error: %s", error)
 
 
 class ModelManager:
@@ -85,25 +102,37 @@ class ModelManager:
         self._scan_lock = threading.Lock()
         self._servables: dict[int, Servable] = {}
         self._states: dict[int, VersionState] = {}
+        self._managed: dict[int, _Harness] = {}  # guarded by _scan_lock
+        self._pending: dict[int, str] | None = None  # a postponed aspired-versions list
         self._closed = False  # closed managers never load again (a scan may race a reload)
 
     @property
     def name(self) -> str:
         return self.config.name
 
-    def _version_dirs(self) -> dict[int, str]:
+    def list_versions(self) -> dict[int, str]:
+        """The versions under the base path that the version policy aspires, by number.
+
+        As ``PollFileSystemForServable`` (``file_system_storage_path_source.cc``): a base path
+        that does not exist, or cannot be listed, is an error, never an empty list, so that a
+        missing (or transiently unavailable) base path unloads nothing.
+
+        Raises:
+            OSError: TF Serving's "Could not find base path ..." or the listing's error.
+        """
         base = self.config.base_path
-        try:
-            entries = storage.listdir(base)
-        except OSError as e:
-            logger.warning("model %s: cannot list base path %s: %s", self.name, base, e)
-            return {}
+        if not storage.exists(base):
+            raise FileNotFoundError(
+                f"Could not find base path {base} for servable {self.name} with error "
+                f"NOT_FOUND: {base} not found"
+            )
         found = {}
-        for entry in entries:
+        for entry in storage.listdir(base):
+            entry = entry.rstrip("/")
             path = os.path.join(base, entry)
             if entry.isdigit() and storage.isdir(path) and is_complete_saved_model(path):
                 found[int(entry)] = path
-        return found
+        return {v: found[v] for v in self._aspired(found)}
 
     def _aspired(self, available: Iterable[int]) -> list[int]:
         kind, arg = self.config.version_policy
@@ -115,40 +144,103 @@ class ModelManager:
         return versions[: max(1, int(arg))]
 
     def scan(self) -> None:
-        """Load the aspired versions that are new; unload the ones no longer aspired."""
+        """Poll this model's base path and apply its aspired versions (a failed listing is
+        logged and changes nothing)."""
+        try:
+            aspired = self.list_versions()
+        except OSError as e:
+            log_poll_error(e)
+            return
+        self.apply(aspired)
+
+    def apply(self, aspired: dict[int, str]) -> None:
+        """Serve the aspired versions (number to folder), as TF Serving's
+        ``AspiredVersionsManager`` with its default ``AvailabilityPreservingPolicy``.
+
+        Versions new to the list are loaded, highest first. A version no longer aspired is
+        unloaded only while some aspired version is AVAILABLE, or when none is aspired, or
+        when it is one of several unaspired AVAILABLE versions (the lowest goes first), so a
+        version that nothing can replace keeps serving. A version that failed stays failed
+        while it is aspired (retried here when its ``saved_model.pb`` changes); one that
+        leaves the list is forgotten, so it is loaded again if it is aspired again.
+        """
         with self._scan_lock:
             if self._closed:
                 return
-            available = self._version_dirs()
-            aspired = self._aspired(available)
-            for version in aspired:
-                if version in self._servables:
-                    continue
-                stamp = _mtime(available[version])
-                previous = self._states.get(version)
-                if previous is not None and previous.state == "END" and previous.stamp == stamp:
-                    continue  # failed before and unchanged since
-                self._load(version, available[version], stamp)
-            loaded_aspired = [v for v in aspired if v in self._servables]
-            with self._lock:
-                current = dict(self._servables)
+            self._pending = dict(aspired)
             unloaded = False
-            for version, servable in current.items():
-                gone = version not in available
-                if gone or (version not in aspired and loaded_aspired):
-                    with self._lock:
-                        del self._servables[version]
-                        self._states[version] = VersionState("UNLOADING")
-                    servable.close()
-                    with self._lock:
-                        self._states[version] = VersionState("END")
-                    logger.info("model %s: unloaded version %d", self.name, version)
+            while True:
+                self._flush()
+                if self._pending is not None and not self._reaspires(self._pending):
+                    self._process(self._pending)
+                    self._pending = None
+                action = self._next_action()
+                if action is None:
+                    break
+                kind, version = action
+                if kind == "load":
+                    self._load(version)
+                else:
+                    self._unload(version)
                     unloaded = True
             if unloaded:
-                del current, servable
                 release_memory()
 
-    def _load(self, version: int, path: str, stamp: float | None) -> None:
+    def _flush(self) -> None:
+        # FlushServables: versions unaspired and not loaded (new, unloaded, failed) are
+        # no longer managed; their last state stays reported.
+        for version, harness in list(self._managed.items()):
+            if not harness.aspired and harness.state != "ready":
+                del self._managed[version]
+
+    def _reaspires(self, aspired: dict[int, str]) -> bool:
+        # HandlePendingAspiredVersionsRequests postpones a request that re-aspires a version
+        # still managed as unaspired (it waits for it to be unloaded first).
+        return any(v in aspired and not h.aspired for v, h in self._managed.items())
+
+    def _process(self, aspired: dict[int, str]) -> None:
+        # ProcessAspiredVersionsRequest.
+        for version, harness in self._managed.items():
+            if version not in aspired:
+                harness.aspired = False
+        for version, path in aspired.items():
+            harness = self._managed.get(version)
+            if harness is not None and harness.state == "error":
+                if _mtime(path) == harness.stamp:
+                    continue  # failed before and unchanged since
+                harness = None  # changed since it failed: a new version again
+            if harness is None:
+                self._managed[version] = _Harness(path)
+
+    def _next_action(self) -> tuple[str, int] | None:
+        # AvailabilityPreservingPolicy::GetNextAction.
+        aspired = [v for v, h in self._managed.items() if h.aspired]
+        aspired_ready = [v for v in aspired if self._managed[v].state == "ready"]
+        unaspired_ready = [
+            v for v, h in self._managed.items() if not h.aspired and h.state == "ready"
+        ]
+        if unaspired_ready and (not aspired or aspired_ready or len(unaspired_ready) > 1):
+            return ("unload", min(unaspired_ready))
+        new = [v for v in aspired if self._managed[v].state == "new"]
+        if new:
+            return ("load", max(new))
+        return None
+
+    def _unload(self, version: int) -> None:
+        self._managed[version].state = "disabled"
+        with self._lock:
+            servable = self._servables.pop(version)
+            self._states[version] = VersionState("UNLOADING")
+        servable.close()
+        del servable
+        with self._lock:
+            self._states[version] = VersionState("END")
+        logger.info("model %s: unloaded version %d", self.name, version)
+
+    def _load(self, version: int) -> None:
+        harness = self._managed[version]
+        path = harness.path
+        harness.stamp = _mtime(path)
         with self._lock:
             self._states[version] = VersionState("LOADING")
         logger.info("model %s: loading version %d from %s", self.name, version, path)
@@ -157,11 +249,13 @@ class ModelManager:
         except Exception as e:  # a broken export must not take the server down
             logger.error("model %s: failed to load version %d: %s", self.name, version, e)
             message = str(e).strip()[:_ERROR_MESSAGE_LIMIT]
+            harness.state = "error"
             with self._lock:
-                self._states[version] = VersionState("END", code_name_of(e), message, stamp)
+                self._states[version] = VersionState("END", code_name_of(e), message)
             return
         if self._batching is not None:
             servable.batcher = BatchScheduler(servable.run, self._batching, servable.signatures)
+        harness.state = "ready"
         with self._lock:
             self._servables[version] = servable
             self._states[version] = VersionState("AVAILABLE")
@@ -232,6 +326,7 @@ class ModelManager:
             self._closed = True
             servables = dict(self._servables)
             self._servables.clear()
+            self._managed.clear()
             for version in servables:
                 self._states[version] = VersionState("UNLOADING")
         for version, servable in servables.items():
