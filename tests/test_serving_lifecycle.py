@@ -19,7 +19,12 @@ import pytest
 from toy_model import save_toy_model
 
 from keras_transformer import storage
-from keras_transformer.serving.config import ModelConfig
+from keras_transformer.serving.config import (
+    ConfigError,
+    ModelConfig,
+    read_model_server_config,
+    single_model_config,
+)
 from keras_transformer.serving.server import start_server
 
 
@@ -87,6 +92,21 @@ def test_rollback_by_deleting_the_newest_version_loads_the_previous_one(exports,
         srv.refresh()
         assert answer(srv) == "v1:A"
         assert states(srv) == [(2, "END", False), (1, "AVAILABLE", False)]
+
+
+def test_uri_base_paths_are_kept_as_tf_serving_keeps_them(exports, tmp_path):
+    # server_core.cc UriIsRelativePath: a base path with a scheme is absolute, from
+    # --model_base_path (BuildSingleModelConfig) and from a config file alike.
+    assert single_model_config("toy", "gs://bucket/toy").base_path == "gs://bucket/toy"
+    config = write_config(tmp_path / "uri.config", {"toy": "gs://bucket/toy"}, "all {}")
+    assert read_model_server_config(config)[0].base_path == "gs://bucket/toy"
+    relative = write_config(tmp_path / "relative.config", {"toy": "models/toy"}, "all {}")
+    with pytest.raises(ConfigError, match="Expected model toy to have an absolute path or URI"):
+        read_model_server_config(relative)
+    base = "ram://lifecycle-uri/toy"
+    storage.copy_tree(exports[1], f"{base}/1", last=["saved_model.pb"])
+    with start_server(base, "toy", grpc_port=None, poll_interval=0) as srv:
+        assert answer(srv) == "v1:A"
 
 
 def test_serving_version_stays_when_the_only_other_version_fails(exports, tmp_path):
