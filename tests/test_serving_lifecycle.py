@@ -8,10 +8,12 @@ real SavedModel folders and polls by hand (``refresh``), so nothing depends on t
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import logging
 import os
 import shutil
+import time
 import urllib.error
 import urllib.request
 
@@ -26,6 +28,10 @@ from keras_transformer.serving.config import (
     single_model_config,
 )
 from keras_transformer.serving.server import start_server
+
+# A corrupt version's load is retried (--max_num_load_retries, 5 by default, 1 min apart):
+# the tests that are not about retries try once.
+NO_RETRIES = {"max_num_load_retries": 0}
 
 
 def http(url: str, method: str = "GET", body=None):
@@ -64,6 +70,14 @@ def states(srv, name: str = "toy") -> list[tuple[int, str, bool]]:
         (int(s["version"]), s["state"], s["status"].get("error_code", "OK") != "OK")
         for s in body["model_version_status"]
     ]
+
+
+def wait_for(predicate, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.05)
 
 
 def write_config(path, models: dict[str, str], policy: str) -> str:
@@ -115,7 +129,7 @@ def test_serving_version_stays_when_the_only_other_version_fails(exports, tmp_pa
     base = tmp_path / "toy"
     shutil.copytree(exports["corrupt"], base / "1")
     shutil.copytree(exports[2], base / "2")
-    with start_server(base, "toy", grpc_port=None, poll_interval=0) as srv:
+    with start_server(base, "toy", grpc_port=None, poll_interval=0, **NO_RETRIES) as srv:
         assert answer(srv) == "v2:A"
         shutil.rmtree(base / "2")
         srv.refresh()
@@ -167,9 +181,70 @@ def test_several_unaspired_serving_versions_keep_only_the_highest(exports, tmp_p
     shutil.copytree(exports[2], base / "2")
     shutil.copytree(exports["corrupt"], base / "3")
     config = write_config(tmp_path / "models.config", {"toy": str(base)}, "all {}")
-    with start_server(model_config_file=config, grpc_port=None, poll_interval=0) as srv:
+    with start_server(
+        model_config_file=config, grpc_port=None, poll_interval=0, **NO_RETRIES
+    ) as srv:
         assert [s[:2] for s in states(srv)] == [(3, "END"), (2, "AVAILABLE"), (1, "AVAILABLE")]
         write_config(tmp_path / "models.config", {"toy": str(base)}, "specific { versions: 3 }")
         srv.reload_config_file(config)
         assert states(srv) == [(3, "END", True), (2, "AVAILABLE", False), (1, "END", False)]
         assert answer(srv) == "v2:A"
+
+
+def incomplete_copy(source: str, destination) -> None:
+    """A version folder being copied: everything but saved_model.pb (which comes last)."""
+    shutil.copytree(source, destination, ignore=shutil.ignore_patterns("saved_model.pb"))
+
+
+def test_numbered_folder_without_graph_is_retried_and_loads_once_complete(exports, tmp_path):
+    # Every numbered child is a version (IndexChildrenByVersion); while saved_model.pb is
+    # missing its load fails and is retried (LoaderHarness::Load, util/retrier.cc), LOADING
+    # meanwhile, and the previous version keeps serving until it is AVAILABLE.
+    base = tmp_path / "toy"
+    shutil.copytree(exports[1], base / "1")
+    with start_server(
+        base,
+        "toy",
+        grpc_port=None,
+        poll_interval=0,
+        max_num_load_retries=1000,
+        load_retry_interval_micros=100_000,
+    ) as srv:
+        incomplete_copy(exports[2], base / "2")
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            poll = pool.submit(srv.refresh)  # blocks while version 2 is retried
+            wait_for(lambda: states(srv)[0] == (2, "LOADING", False))
+            assert states(srv) == [(2, "LOADING", False), (1, "AVAILABLE", False)]
+            assert answer(srv) == "v1:A"
+            shutil.copy(os.path.join(exports[2], "saved_model.pb"), base / "2")
+            poll.result(timeout=120)
+        assert states(srv) == [(2, "AVAILABLE", False), (1, "END", False)]
+        assert answer(srv) == "v2:A"
+
+
+def test_numbered_folder_without_graph_fails_not_found_after_the_retries(exports, tmp_path, caplog):
+    # session_bundle_util.cc: NOT_FOUND "Specified file path does not appear to contain a
+    # SavedModel bundle ..."; after --max_num_load_retries more tries the version is END with
+    # that error, and the previous version keeps serving.
+    base = tmp_path / "toy"
+    shutil.copytree(exports[1], base / "1")
+    with start_server(
+        base,
+        "toy",
+        grpc_port=None,
+        poll_interval=0,
+        max_num_load_retries=2,
+        load_retry_interval_micros=1000,
+    ) as srv:
+        incomplete_copy(exports[2], base / "2")
+        with caplog.at_level(logging.INFO, logger="keras_transformer.serving.manager"):
+            srv.refresh()
+        assert states(srv) == [(2, "END", True), (1, "AVAILABLE", False)]
+        assert answer(srv) == "v1:A"
+        status = http(f"{srv.url}/v1/models/toy/versions/2")[1]["model_version_status"][0]
+        assert status["status"]["error_code"] == "NOT_FOUND"
+        assert status["status"]["error_message"].startswith(
+            "Specified file path does not appear to contain a SavedModel bundle"
+        )
+    assert caplog.text.count("Retrying of Loading servable: {name: toy version: 2} retry:") == 2
+    assert "exhausted max_num_retries: 2" in caplog.text

@@ -26,8 +26,9 @@ from keras_transformer.serving.config import (
     read_model_server_config,
 )
 from keras_transformer.serving.errors import ServingStatusError, invalid, not_found
-from keras_transformer.serving.manager import ModelManager, Poller, log_poll_error
+from keras_transformer.serving.manager import LoadRetries, ModelManager, log_poll_error
 from keras_transformer.serving.monitoring import ServingMetrics, elapsed_usec
+from keras_transformer.serving.poller import Poller
 from keras_transformer.serving.servable import DEFAULT_SIGNATURE, Servable, SessionOptions
 
 logger = logging.getLogger(__name__)
@@ -50,6 +51,8 @@ class ServerCore:
             ``config_poll_interval`` seconds (``--model_config_file_poll_wait_seconds``;
             <= 0: never, TF Serving's default).
         config_poll_interval: see ``config_file``.
+        load_retries: how a failed load is retried (``--max_num_load_retries``,
+            ``--load_retry_interval_micros``; TF Serving's defaults when None).
 
     Example (not run as a doctest: it needs an export on disk):
 
@@ -70,6 +73,7 @@ class ServerCore:
         allow_version_labels_for_unavailable_models: bool = False,
         config_file: str | os.PathLike[str] | None = None,
         config_poll_interval: float = 0.0,
+        load_retries: LoadRetries | None = None,
     ) -> None:
         _check_names(models)
         if max_request_batch_size < 1:
@@ -80,8 +84,11 @@ class ServerCore:
         )
         self._session_options = session_options
         self._batching = batching
+        self._load_retries = load_retries
         # Replaced whole by a reload, so a reader always sees one config's models.
-        self.managers = {m.name: ModelManager(m, session_options, batching) for m in models}
+        self.managers = {
+            m.name: ModelManager(m, session_options, batching, load_retries) for m in models
+        }
         self._removed: dict[str, ModelManager] = {}
         self._reload_lock = threading.Lock()
         self._pollers = [Poller(self.refresh, poll_interval, "version-poll")]
@@ -137,7 +144,9 @@ class ServerCore:
                 manager = current.get(model.name)
                 if manager is None:
                     self._removed.pop(model.name, None)
-                    manager = ModelManager(model, self._session_options, self._batching)
+                    manager = ModelManager(
+                        model, self._session_options, self._batching, self._load_retries
+                    )
                 manager.config = model
                 managers[model.name] = manager
             self.managers = managers
@@ -165,6 +174,8 @@ class ServerCore:
 
     def close(self) -> None:
         """Stop watching and unload every version."""
+        for manager in self.managers.values():
+            manager.cancel_loads()  # a poll retrying a load gives up, so the poller stops
         for poller in self._pollers:
             poller.stop()
         for manager in self.managers.values():

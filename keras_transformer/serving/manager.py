@@ -1,13 +1,14 @@
-"""Model versions: found on disk, loaded, labelled, unloaded; and the thread that polls.
+"""Model versions: found on disk, loaded, labelled, unloaded.
 
 Each model's base path holds integer version directories. Its version policy (``latest``,
-``all``, ``specific``) says which ones to serve; a directory without ``saved_model.pb`` is not a
-version yet (write exports elsewhere and ``mv`` them in). As TF Serving's
-``AspiredVersionsManager`` with its ``AvailabilityPreservingPolicy``, a version that leaves the
-policy is unloaded only once an aspired one is AVAILABLE (or none is aspired), and it waits for
-the requests that hold it. A version that fails to load is reported (state END with its error)
-and retried when its ``saved_model.pb`` changes. A base path that cannot be listed changes
-nothing (``ServerCore``'s poll then fails for every model, as TF Serving's does).
+``all``, ``specific``) says which ones to serve; as in TF Serving, every numbered directory is a
+version, so one without ``saved_model.pb`` yet fails to load and is retried
+(``LoadRetries``; write exports elsewhere and ``mv`` them in, or copy the graph last). As TF
+Serving's ``AspiredVersionsManager`` with its ``AvailabilityPreservingPolicy``, a version that
+leaves the policy is unloaded only once an aspired one is AVAILABLE (or none is aspired), and
+it waits for the requests that hold it. A version whose tries all fail is reported (state END
+with its error) and tried again when its ``saved_model.pb`` changes. A base path that cannot be
+listed changes nothing (``ServerCore``'s poll then fails for every model, as TF Serving's does).
 """
 
 from __future__ import annotations
@@ -17,14 +18,14 @@ import gc
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 from keras_transformer import storage
 from keras_transformer.serving.batcher import STATS_KEYS, BatchScheduler
 from keras_transformer.serving.batching_config import BatchOptions
 from keras_transformer.serving.config import ModelConfig
 from keras_transformer.serving.errors import code_name_of, invalid, not_found
-from keras_transformer.serving.servable import Servable, SessionOptions, is_complete_saved_model
+from keras_transformer.serving.servable import Servable, SessionOptions
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +39,21 @@ class VersionState:
     state: str
     error_code: str = "OK"
     error_message: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadRetries:
+    """How often a failed load is tried again (TF Serving's ``LoaderHarness::Load`` with
+    ``Retry``, ``util/retrier.cc``): ``--max_num_load_retries`` more tries (0: one try only),
+    ``--load_retry_interval_micros`` apart (negative: no wait). The version is LOADING
+    meanwhile, and END with the last error once the tries are spent."""
+
+    max_num_load_retries: int = 5
+    load_retry_interval_micros: int = 60_000_000
+
+    def __post_init__(self) -> None:
+        if self.max_num_load_retries < 0:
+            raise ValueError(f"max_num_load_retries must be >= 0, got {self.max_num_load_retries}")
 
 
 @dataclasses.dataclass
@@ -79,6 +95,7 @@ class ModelManager:
         config: the model's name, base path, version policy and labels.
         session_options: how each version's session is made.
         batching: batching parameters, or None for no batching.
+        retries: how a failed load is retried (TF Serving's defaults: 5 times, 1 min apart).
 
     Example (not run as a doctest: it needs an export on disk):
 
@@ -94,10 +111,13 @@ class ModelManager:
         config: ModelConfig,
         session_options: SessionOptions | None = None,
         batching: BatchOptions | None = None,
+        retries: LoadRetries | None = None,
     ) -> None:
         self.config = config
         self._session_options = session_options or SessionOptions()
         self._batching = batching
+        self._retries = retries or LoadRetries()
+        self._cancel = threading.Event()  # set by close(): a load stops retrying
         self._lock = threading.Lock()
         self._scan_lock = threading.Lock()
         self._servables: dict[int, Servable] = {}
@@ -127,11 +147,11 @@ class ModelManager:
                 f"NOT_FOUND: {base} not found"
             )
         found = {}
-        for entry in storage.listdir(base):
-            entry = entry.rstrip("/")
-            path = os.path.join(base, entry)
-            if entry.isdigit() and storage.isdir(path) and is_complete_saved_model(path):
-                found[int(entry)] = path
+        # Every child whose name is a number is a version (IndexChildrenByVersion), complete
+        # or not: one without saved_model.pb fails to load (NOT_FOUND) and is retried.
+        for entry in sorted(e.rstrip("/") for e in storage.listdir(base)):
+            if entry.isdigit():
+                found[int(entry)] = os.path.join(base, entry)
         return {v: found[v] for v in self._aspired(found)}
 
     def _aspired(self, available: Iterable[int]) -> list[int]:
@@ -245,9 +265,8 @@ class ModelManager:
             self._states[version] = VersionState("LOADING")
         logger.info("model %s: loading version %d from %s", self.name, version, path)
         try:
-            servable = Servable(self.name, version, path, self._session_options)
+            servable = self._load_with_retries(version, path)
         except Exception as e:  # a broken export must not take the server down
-            logger.error("model %s: failed to load version %d: %s", self.name, version, e)
             message = str(e).strip()[:_ERROR_MESSAGE_LIMIT]
             harness.state = "error"
             with self._lock:
@@ -260,6 +279,29 @@ class ModelManager:
             self._servables[version] = servable
             self._states[version] = VersionState("AVAILABLE")
         logger.info("model %s: version %d is AVAILABLE", self.name, version)
+
+    def _load_with_retries(self, version: int, path: str) -> Servable:
+        # LoaderHarness::Load with Retry (util/retrier.cc): a version still being copied
+        # (saved_model.pb comes last) loads on a later try. Like TF Serving's loads without
+        # --num_load_threads, the tries run in the polling thread, which waits between them.
+        what = f"Loading servable: {{name: {self.name} version: {version}}}"
+        retries = self._retries.max_num_load_retries
+        interval = max(self._retries.load_retry_interval_micros, 0) / 1e6
+        for tries in range(retries + 1):
+            if tries:
+                if self._cancel.wait(interval):
+                    logger.info("Retrying of %s was cancelled.", what)
+                    break
+                logger.info("Retrying of %s retry: %d", what, tries)
+            try:
+                return Servable(self.name, version, path, self._session_options)
+            except Exception as e:
+                logger.error("%s failed: %s", what, e)
+                error = e
+        else:
+            if retries:
+                logger.info("Retrying of %s exhausted max_num_retries: %d", what, retries)
+        raise error
 
     def label_version(self, label: str) -> int:
         """The version a label points at (INVALID_ARGUMENT for an unknown label)."""
@@ -319,9 +361,14 @@ class ModelManager:
                 total[key] += value
         return total
 
+    def cancel_loads(self) -> None:
+        """Stop retrying failed loads, now and from now on (the model is going away)."""
+        self._cancel.set()
+
     def close(self) -> None:
         """Unload every version (each waits for its requests in flight); their states become
         END, as TF Serving reports the versions of a model removed from its config."""
+        self.cancel_loads()
         with self._scan_lock, self._lock:
             self._closed = True
             servables = dict(self._servables)
@@ -333,40 +380,3 @@ class ModelManager:
             servable.close()
             with self._lock:
                 self._states[version] = VersionState("END")
-
-
-class Poller:
-    """Calls ``action`` every ``interval`` seconds in a background thread until stopped
-    (``interval <= 0`` starts no thread); an exception is logged and the next call made.
-
-    Args:
-        action: what to do each interval (a scan of the base paths, a config file reload).
-        interval: seconds between calls (``--file_system_poll_wait_seconds``,
-            ``--model_config_file_poll_wait_seconds``).
-        name: the thread's name, also in the log line of a failed call.
-    """
-
-    def __init__(self, action: Callable[[], None], interval: float, name: str) -> None:
-        self._action = action
-        self._interval = float(interval)
-        self._name = name
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        if self._interval > 0:
-            self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
-            self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval):
-            try:
-                self._action()
-            except Exception:
-                logger.exception("%s failed", self._name)
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=60)
-            self._thread = None
