@@ -114,6 +114,18 @@ def build_arg_parser(p: argparse.ArgumentParser | None = None) -> argparse.Argum
         default=DEFAULT_POLL_SECONDS,
         help="interval of the version poll (<=0: load once, never poll)",
     )
+    p.add_argument(
+        "--max_num_load_retries",
+        type=int,
+        default=5,
+        help="tries after a failed load before giving up (TF Serving's flag; 0: one try)",
+    )
+    p.add_argument(
+        "--load_retry_interval_micros",
+        type=int,
+        default=60_000_000,
+        help="wait between load tries, in microseconds (TF Serving's flag; default 1 minute)",
+    )
     _bool_flag(p, "--enable_batching", "merge concurrent requests into one session run")
     p.add_argument("--batching_parameters_file", default=None, help="BatchingParameters text proto")
     p.add_argument(
@@ -198,6 +210,8 @@ def run_from_args(args: argparse.Namespace) -> int:
             grpc_port=args.port,
             poll_interval=args.file_system_poll_wait_seconds,
             config_poll_interval=args.model_config_file_poll_wait_seconds,
+            max_num_load_retries=args.max_num_load_retries,
+            load_retry_interval_micros=args.load_retry_interval_micros,
             enable_batching=args.enable_batching,
             batching_parameters=batching,
             max_request_bytes=args.max_request_bytes,

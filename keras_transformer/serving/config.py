@@ -7,7 +7,7 @@
 A misspelt field, a value of the wrong type, or an option the stand-in does not run is a
 :class:`ConfigError` naming the file, the line and the field. On top of the
 schema, the checks TF Serving's ``ServerCore`` makes at startup (``server_core.cc``) apply:
-unique model names, an absolute ``base_path``, a ``tensorflow`` platform, and version labels
+unique model names, an absolute ``base_path`` or URI, a ``tensorflow`` platform, and version labels
 only with ``--allow_version_labels_for_unavailable_models`` (TF Serving assigns labels before
 any version has loaded, so without that flag a config with labels fails to start).
 """
@@ -28,6 +28,8 @@ TENSORFLOW_PLATFORM = "tensorflow"
 LABELS_FLAG = "--allow_version_labels_for_unavailable_models"
 
 _PARSE_ERROR_PREFIX = re.compile(r"^\d+:\d+ : ")
+# io::ParseURI (tensorflow/core/platform/path.cc): a scheme is [a-zA-Z][0-9a-zA-Z.]* then ://.
+_URI_SCHEME = re.compile(r"^[A-Za-z][0-9A-Za-z.]*://")
 _FIELD_BEFORE = re.compile(r"([A-Za-z_]\w*)\s*:?\s*[\[{<]?\s*[^:{<\[]*$")
 
 
@@ -109,10 +111,23 @@ class ModelConfig:
     version_labels: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
+def uri_is_relative_path(uri: str) -> bool:
+    """Whether a base path is relative, as TF Serving's ``UriIsRelativePath``
+    (``server_core.cc``): no ``scheme://`` (``gs://``, ``s3://``, ``ram://``) and not absolute.
+
+    Example:
+    >>> uri_is_relative_path("models/toy"), uri_is_relative_path("gs://bucket/toy")
+    (True, False)
+    """
+    return not _URI_SCHEME.match(uri) and not os.path.isabs(uri)
+
+
 def single_model_config(name: str, base_path: str | os.PathLike[str]) -> ModelConfig:
     """What ``--model_name``/``--model_base_path`` configure (TF Serving's
-    ``BuildSingleModelConfig``): the latest version of one TensorFlow model."""
-    return ModelConfig(name, os.path.abspath(os.fspath(base_path)))
+    ``BuildSingleModelConfig``): the latest version of one TensorFlow model. A URI
+    (``gs://...``) is kept as given; a relative local path is made absolute."""
+    path = os.fspath(base_path)
+    return ModelConfig(name, path if _URI_SCHEME.match(path) else os.path.abspath(path))
 
 
 def _version_policy(entry: Any) -> tuple[str, Any]:
@@ -249,7 +264,7 @@ def _check_model(
         )
     if platform != TENSORFLOW_PLATFORM:
         raise fail("model_platform", f"Model {entry.name} requests unsupported platform {platform}")
-    if not entry.base_path or not os.path.isabs(entry.base_path):
+    if uri_is_relative_path(entry.base_path):
         raise fail(
             "base_path",
             f"Expected model {entry.name} to have an absolute path or URI; got "

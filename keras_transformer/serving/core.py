@@ -26,8 +26,9 @@ from keras_transformer.serving.config import (
     read_model_server_config,
 )
 from keras_transformer.serving.errors import ServingStatusError, invalid, not_found
-from keras_transformer.serving.manager import ModelManager, Poller
+from keras_transformer.serving.manager import LoadRetries, ModelManager, log_poll_error
 from keras_transformer.serving.monitoring import ServingMetrics, elapsed_usec
+from keras_transformer.serving.poller import Poller
 from keras_transformer.serving.servable import DEFAULT_SIGNATURE, Servable, SessionOptions
 
 logger = logging.getLogger(__name__)
@@ -50,6 +51,8 @@ class ServerCore:
             ``config_poll_interval`` seconds (``--model_config_file_poll_wait_seconds``;
             <= 0: never, TF Serving's default).
         config_poll_interval: see ``config_file``.
+        load_retries: how a failed load is retried (``--max_num_load_retries``,
+            ``--load_retry_interval_micros``; TF Serving's defaults when None).
 
     Example (not run as a doctest: it needs an export on disk):
 
@@ -70,6 +73,7 @@ class ServerCore:
         allow_version_labels_for_unavailable_models: bool = False,
         config_file: str | os.PathLike[str] | None = None,
         config_poll_interval: float = 0.0,
+        load_retries: LoadRetries | None = None,
     ) -> None:
         _check_names(models)
         if max_request_batch_size < 1:
@@ -80,8 +84,11 @@ class ServerCore:
         )
         self._session_options = session_options
         self._batching = batching
+        self._load_retries = load_retries
         # Replaced whole by a reload, so a reader always sees one config's models.
-        self.managers = {m.name: ModelManager(m, session_options, batching) for m in models}
+        self.managers = {
+            m.name: ModelManager(m, session_options, batching, load_retries) for m in models
+        }
         self._removed: dict[str, ModelManager] = {}
         self._reload_lock = threading.Lock()
         self._pollers = [Poller(self.refresh, poll_interval, "version-poll")]
@@ -112,8 +119,7 @@ class ServerCore:
 
     def refresh(self) -> None:
         """Scan every base path now (what the version poll does each interval)."""
-        for manager in list(self.managers.values()):
-            manager.scan()
+        poll(list(self.managers.values()))
 
     def reload_config(self, models: Sequence[ModelConfig]) -> None:
         """Apply a new model list, as TF Serving's ``ServerCore::ReloadConfig`` does.
@@ -138,7 +144,9 @@ class ServerCore:
                 manager = current.get(model.name)
                 if manager is None:
                     self._removed.pop(model.name, None)
-                    manager = ModelManager(model, self._session_options, self._batching)
+                    manager = ModelManager(
+                        model, self._session_options, self._batching, self._load_retries
+                    )
                 manager.config = model
                 managers[model.name] = manager
             self.managers = managers
@@ -147,8 +155,7 @@ class ServerCore:
                     logger.info("model %s: removed from the config; unloading", name)
                     self._removed[name] = manager
                     manager.close()
-            for manager in managers.values():
-                manager.scan()
+            poll(list(managers.values()))
 
     def reload_config_file(self, path: str | os.PathLike[str]) -> None:
         """Read ``path`` and apply it, as TF Serving's ``PollFilesystemAndReloadConfig``: a file
@@ -167,6 +174,8 @@ class ServerCore:
 
     def close(self) -> None:
         """Stop watching and unload every version."""
+        for manager in self.managers.values():
+            manager.cancel_loads()  # a poll retrying a load gives up, so the poller stops
         for poller in self._pollers:
             poller.stop()
         for manager in self.managers.values():
@@ -269,6 +278,22 @@ class ServerCore:
     def batching_stats(self, name: str) -> dict[str, int]:
         """How many merged session runs answered how many requests (``--enable_batching``)."""
         return self.manager(name, for_status=True).batching_stats()
+
+
+def poll(managers: Sequence[ModelManager]) -> None:
+    """List every model's base path, then apply each model's aspired versions.
+
+    As TF Serving's ``FileSystemStoragePathSource::PollFileSystemAndInvokeCallback``: when
+    any base path is missing or cannot be listed, the whole poll fails (logged in TF
+    Serving's words) and no model changes, not even those whose base paths were listed.
+    """
+    try:
+        aspired = [(manager, manager.list_versions()) for manager in managers]
+    except OSError as e:
+        log_poll_error(e)
+        return
+    for manager, versions in aspired:
+        manager.apply(versions)
 
 
 def _check_names(models: Sequence[ModelConfig]) -> None:

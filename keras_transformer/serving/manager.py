@@ -1,11 +1,14 @@
-"""Model versions: found on disk, loaded, labelled, unloaded; and the thread that polls.
+"""Model versions: found on disk, loaded, labelled, unloaded.
 
 Each model's base path holds integer version directories. Its version policy (``latest``,
-``all``, ``specific``) says which ones to serve; a directory without ``saved_model.pb`` is not a
-version yet (write exports elsewhere and ``mv`` them in). As with TF Serving's
-``AvailabilityPreservingPolicy``, a version that leaves the policy is unloaded only once a new
-one is AVAILABLE, and it waits for the requests that hold it. A version that fails to load is
-reported (state END with its error) and retried when its ``saved_model.pb`` changes.
+``all``, ``specific``) says which ones to serve; as in TF Serving, every numbered directory is a
+version, so one without ``saved_model.pb`` yet fails to load and is retried
+(``LoadRetries``; write exports elsewhere and ``mv`` them in, or copy the graph last). As TF
+Serving's ``AspiredVersionsManager`` with its ``AvailabilityPreservingPolicy``, a version that
+leaves the policy is unloaded only once an aspired one is AVAILABLE (or none is aspired), and
+it waits for the requests that hold it. A version whose tries all fail is reported (state END
+with its error) and tried again when its ``saved_model.pb`` changes. A base path that cannot be
+listed changes nothing (``ServerCore``'s poll then fails for every model, as TF Serving's does).
 """
 
 from __future__ import annotations
@@ -15,14 +18,14 @@ import gc
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 from keras_transformer import storage
 from keras_transformer.serving.batcher import STATS_KEYS, BatchScheduler
 from keras_transformer.serving.batching_config import BatchOptions
 from keras_transformer.serving.config import ModelConfig
 from keras_transformer.serving.errors import code_name_of, invalid, not_found
-from keras_transformer.serving.servable import Servable, SessionOptions, is_complete_saved_model
+from keras_transformer.serving.servable import Servable, SessionOptions
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +39,32 @@ class VersionState:
     state: str
     error_code: str = "OK"
     error_message: str = ""
-    stamp: float | None = None  # saved_model.pb mtime of a failed load (retry when it changes)
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadRetries:
+    """How often a failed load is tried again (TF Serving's ``LoaderHarness::Load`` with
+    ``Retry``, ``util/retrier.cc``): ``--max_num_load_retries`` more tries (0: one try only),
+    ``--load_retry_interval_micros`` apart (negative: no wait). The version is LOADING
+    meanwhile, and END with the last error once the tries are spent."""
+
+    max_num_load_retries: int = 5
+    load_retry_interval_micros: int = 60_000_000
+
+    def __post_init__(self) -> None:
+        if self.max_num_load_retries < 0:
+            raise ValueError(f"max_num_load_retries must be >= 0, got {self.max_num_load_retries}")
+
+
+@dataclasses.dataclass
+class _Harness:
+    """A version the manager manages (TF Serving's ``LoaderHarness`` with its ``Aspired``
+    flag): state ``new``, ``ready``, ``error`` or ``disabled`` (unloaded)."""
+
+    path: str
+    aspired: bool = True
+    state: str = "new"
+    stamp: float | None = None  # saved_model.pb mtime when it was loaded (retry a failure)
 
 
 def release_memory() -> None:
@@ -55,6 +83,11 @@ def _mtime(path: str) -> float | None:
     return None
 
 
+def log_poll_error(error: OSError) -> None:
+    """Log a failed poll of the base paths in TF Serving's words (nothing changes)."""
+    logger.error("FileSystemStoragePathSource encountered a filesystem access error: %s", error)
+
+
 class ModelManager:
     """The versions of one model.
 
@@ -62,6 +95,7 @@ class ModelManager:
         config: the model's name, base path, version policy and labels.
         session_options: how each version's session is made.
         batching: batching parameters, or None for no batching.
+        retries: how a failed load is retried (TF Serving's defaults: 5 times, 1 min apart).
 
     Example (not run as a doctest: it needs an export on disk):
 
@@ -77,33 +111,48 @@ class ModelManager:
         config: ModelConfig,
         session_options: SessionOptions | None = None,
         batching: BatchOptions | None = None,
+        retries: LoadRetries | None = None,
     ) -> None:
         self.config = config
         self._session_options = session_options or SessionOptions()
         self._batching = batching
+        self._retries = retries or LoadRetries()
+        self._cancel = threading.Event()  # set by close(): a load stops retrying
         self._lock = threading.Lock()
         self._scan_lock = threading.Lock()
         self._servables: dict[int, Servable] = {}
         self._states: dict[int, VersionState] = {}
+        self._managed: dict[int, _Harness] = {}  # guarded by _scan_lock
+        self._pending: dict[int, str] | None = None  # a postponed aspired-versions list
         self._closed = False  # closed managers never load again (a scan may race a reload)
 
     @property
     def name(self) -> str:
         return self.config.name
 
-    def _version_dirs(self) -> dict[int, str]:
+    def list_versions(self) -> dict[int, str]:
+        """The versions under the base path that the version policy aspires, by number.
+
+        As ``PollFileSystemForServable`` (``file_system_storage_path_source.cc``): a base path
+        that does not exist, or cannot be listed, is an error, never an empty list, so that a
+        missing (or transiently unavailable) base path unloads nothing.
+
+        Raises:
+            OSError: TF Serving's "Could not find base path ..." or the listing's error.
+        """
         base = self.config.base_path
-        try:
-            entries = storage.listdir(base)
-        except OSError as e:
-            logger.warning("model %s: cannot list base path %s: %s", self.name, base, e)
-            return {}
+        if not storage.exists(base):
+            raise FileNotFoundError(
+                f"Could not find base path {base} for servable {self.name} with error "
+                f"NOT_FOUND: {base} not found"
+            )
         found = {}
-        for entry in entries:
-            path = os.path.join(base, entry)
-            if entry.isdigit() and storage.isdir(path) and is_complete_saved_model(path):
-                found[int(entry)] = path
-        return found
+        # Every child whose name is a number is a version (IndexChildrenByVersion), complete
+        # or not: one without saved_model.pb fails to load (NOT_FOUND) and is retried.
+        for entry in sorted(e.rstrip("/") for e in storage.listdir(base)):
+            if entry.isdigit():
+                found[int(entry)] = os.path.join(base, entry)
+        return {v: found[v] for v in self._aspired(found)}
 
     def _aspired(self, available: Iterable[int]) -> list[int]:
         kind, arg = self.config.version_policy
@@ -115,57 +164,144 @@ class ModelManager:
         return versions[: max(1, int(arg))]
 
     def scan(self) -> None:
-        """Load the aspired versions that are new; unload the ones no longer aspired."""
+        """Poll this model's base path and apply its aspired versions (a failed listing is
+        logged and changes nothing)."""
+        try:
+            aspired = self.list_versions()
+        except OSError as e:
+            log_poll_error(e)
+            return
+        self.apply(aspired)
+
+    def apply(self, aspired: dict[int, str]) -> None:
+        """Serve the aspired versions (number to folder), as TF Serving's
+        ``AspiredVersionsManager`` with its default ``AvailabilityPreservingPolicy``.
+
+        Versions new to the list are loaded, highest first. A version no longer aspired is
+        unloaded only while some aspired version is AVAILABLE, or when none is aspired, or
+        when it is one of several unaspired AVAILABLE versions (the lowest goes first), so a
+        version that nothing can replace keeps serving. A version that failed stays failed
+        while it is aspired (retried here when its ``saved_model.pb`` changes); one that
+        leaves the list is forgotten, so it is loaded again if it is aspired again.
+        """
         with self._scan_lock:
             if self._closed:
                 return
-            available = self._version_dirs()
-            aspired = self._aspired(available)
-            for version in aspired:
-                if version in self._servables:
-                    continue
-                stamp = _mtime(available[version])
-                previous = self._states.get(version)
-                if previous is not None and previous.state == "END" and previous.stamp == stamp:
-                    continue  # failed before and unchanged since
-                self._load(version, available[version], stamp)
-            loaded_aspired = [v for v in aspired if v in self._servables]
-            with self._lock:
-                current = dict(self._servables)
+            self._pending = dict(aspired)
             unloaded = False
-            for version, servable in current.items():
-                gone = version not in available
-                if gone or (version not in aspired and loaded_aspired):
-                    with self._lock:
-                        del self._servables[version]
-                        self._states[version] = VersionState("UNLOADING")
-                    servable.close()
-                    with self._lock:
-                        self._states[version] = VersionState("END")
-                    logger.info("model %s: unloaded version %d", self.name, version)
+            while True:
+                self._flush()
+                if self._pending is not None and not self._reaspires(self._pending):
+                    self._process(self._pending)
+                    self._pending = None
+                action = self._next_action()
+                if action is None:
+                    break
+                kind, version = action
+                if kind == "load":
+                    self._load(version)
+                else:
+                    self._unload(version)
                     unloaded = True
             if unloaded:
-                del current, servable
                 release_memory()
 
-    def _load(self, version: int, path: str, stamp: float | None) -> None:
+    def _flush(self) -> None:
+        # FlushServables: versions unaspired and not loaded (new, unloaded, failed) are
+        # no longer managed; their last state stays reported.
+        for version, harness in list(self._managed.items()):
+            if not harness.aspired and harness.state != "ready":
+                del self._managed[version]
+
+    def _reaspires(self, aspired: dict[int, str]) -> bool:
+        # HandlePendingAspiredVersionsRequests postpones a request that re-aspires a version
+        # still managed as unaspired (it waits for it to be unloaded first).
+        return any(v in aspired and not h.aspired for v, h in self._managed.items())
+
+    def _process(self, aspired: dict[int, str]) -> None:
+        # ProcessAspiredVersionsRequest.
+        for version, harness in self._managed.items():
+            if version not in aspired:
+                harness.aspired = False
+        for version, path in aspired.items():
+            harness = self._managed.get(version)
+            if harness is not None and harness.state == "error":
+                if _mtime(path) == harness.stamp:
+                    continue  # failed before and unchanged since
+                harness = None  # changed since it failed: a new version again
+            if harness is None:
+                self._managed[version] = _Harness(path)
+
+    def _next_action(self) -> tuple[str, int] | None:
+        # AvailabilityPreservingPolicy::GetNextAction.
+        aspired = [v for v, h in self._managed.items() if h.aspired]
+        aspired_ready = [v for v in aspired if self._managed[v].state == "ready"]
+        unaspired_ready = [
+            v for v, h in self._managed.items() if not h.aspired and h.state == "ready"
+        ]
+        if unaspired_ready and (not aspired or aspired_ready or len(unaspired_ready) > 1):
+            return ("unload", min(unaspired_ready))
+        new = [v for v in aspired if self._managed[v].state == "new"]
+        if new:
+            return ("load", max(new))
+        return None
+
+    def _unload(self, version: int) -> None:
+        self._managed[version].state = "disabled"
+        with self._lock:
+            servable = self._servables.pop(version)
+            self._states[version] = VersionState("UNLOADING")
+        servable.close()
+        del servable
+        with self._lock:
+            self._states[version] = VersionState("END")
+        logger.info("model %s: unloaded version %d", self.name, version)
+
+    def _load(self, version: int) -> None:
+        harness = self._managed[version]
+        path = harness.path
+        harness.stamp = _mtime(path)
         with self._lock:
             self._states[version] = VersionState("LOADING")
         logger.info("model %s: loading version %d from %s", self.name, version, path)
         try:
-            servable = Servable(self.name, version, path, self._session_options)
+            servable = self._load_with_retries(version, path)
         except Exception as e:  # a broken export must not take the server down
-            logger.error("model %s: failed to load version %d: %s", self.name, version, e)
             message = str(e).strip()[:_ERROR_MESSAGE_LIMIT]
+            harness.state = "error"
             with self._lock:
-                self._states[version] = VersionState("END", code_name_of(e), message, stamp)
+                self._states[version] = VersionState("END", code_name_of(e), message)
             return
         if self._batching is not None:
             servable.batcher = BatchScheduler(servable.run, self._batching, servable.signatures)
+        harness.state = "ready"
         with self._lock:
             self._servables[version] = servable
             self._states[version] = VersionState("AVAILABLE")
         logger.info("model %s: version %d is AVAILABLE", self.name, version)
+
+    def _load_with_retries(self, version: int, path: str) -> Servable:
+        # LoaderHarness::Load with Retry (util/retrier.cc): a version still being copied
+        # (saved_model.pb comes last) loads on a later try. Like TF Serving's loads without
+        # --num_load_threads, the tries run in the polling thread, which waits between them.
+        what = f"Loading servable: {{name: {self.name} version: {version}}}"
+        retries = self._retries.max_num_load_retries
+        interval = max(self._retries.load_retry_interval_micros, 0) / 1e6
+        for tries in range(retries + 1):
+            if tries:
+                if self._cancel.wait(interval):
+                    logger.info("Retrying of %s was cancelled.", what)
+                    break
+                logger.info("Retrying of %s retry: %d", what, tries)
+            try:
+                return Servable(self.name, version, path, self._session_options)
+            except Exception as e:
+                logger.error("%s failed: %s", what, e)
+                error = e
+        else:
+            if retries:
+                logger.info("Retrying of %s exhausted max_num_retries: %d", what, retries)
+        raise error
 
     def label_version(self, label: str) -> int:
         """The version a label points at (INVALID_ARGUMENT for an unknown label)."""
@@ -225,53 +361,22 @@ class ModelManager:
                 total[key] += value
         return total
 
+    def cancel_loads(self) -> None:
+        """Stop retrying failed loads, now and from now on (the model is going away)."""
+        self._cancel.set()
+
     def close(self) -> None:
         """Unload every version (each waits for its requests in flight); their states become
         END, as TF Serving reports the versions of a model removed from its config."""
+        self.cancel_loads()
         with self._scan_lock, self._lock:
             self._closed = True
             servables = dict(self._servables)
             self._servables.clear()
+            self._managed.clear()
             for version in servables:
                 self._states[version] = VersionState("UNLOADING")
         for version, servable in servables.items():
             servable.close()
             with self._lock:
                 self._states[version] = VersionState("END")
-
-
-class Poller:
-    """Calls ``action`` every ``interval`` seconds in a background thread until stopped
-    (``interval <= 0`` starts no thread); an exception is logged and the next call made.
-
-    Args:
-        action: what to do each interval (a scan of the base paths, a config file reload).
-        interval: seconds between calls (``--file_system_poll_wait_seconds``,
-            ``--model_config_file_poll_wait_seconds``).
-        name: the thread's name, also in the log line of a failed call.
-    """
-
-    def __init__(self, action: Callable[[], None], interval: float, name: str) -> None:
-        self._action = action
-        self._interval = float(interval)
-        self._name = name
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        if self._interval > 0:
-            self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
-            self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval):
-            try:
-                self._action()
-            except Exception:
-                logger.exception("%s failed", self._name)
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=60)
-            self._thread = None

@@ -51,7 +51,7 @@ class SessionOptions:
 
 
 def is_complete_saved_model(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` holds a ``saved_model.pb`` (or ``.pbtxt``): a version to load."""
+    """Whether ``path`` holds a ``saved_model.pb`` (or ``.pbtxt``): a SavedModel to load."""
     return any(
         storage.exists(os.path.join(path, name)) for name in ("saved_model.pb", "saved_model.pbtxt")
     )
@@ -104,6 +104,13 @@ class Servable:
         _import_tf_text()
         options = options or SessionOptions()
         self.name, self.version, self.path = name, version, path
+        if not is_complete_saved_model(path):  # session_bundle_util.cc, MaybeSavedModelDirectory
+            raise tf.errors.NotFoundError(
+                None,
+                None,
+                "Specified file path does not appear to contain a SavedModel bundle (should "
+                f"have a file called `saved_model.pb`)\nSpecified file path: {path}",
+            )
         config = tf.compat.v1.ConfigProto(
             intra_op_parallelism_threads=options.intra_op_threads,
             inter_op_parallelism_threads=options.inter_op_threads,

@@ -39,6 +39,7 @@ from keras_transformer.serving.config import (
 )
 from keras_transformer.serving.core import DEFAULT_MAX_REQUEST_BATCH_SIZE, ServerCore
 from keras_transformer.serving.grpc_service import GrpcServer
+from keras_transformer.serving.manager import LoadRetries
 from keras_transformer.serving.rest import DEFAULT_MAX_REQUEST_BYTES, RestServer
 from keras_transformer.serving.servable import SessionOptions
 
@@ -204,6 +205,8 @@ def start_server(
     rest_api_timeout_ms: int = 0,
     enforce_session_run_timeout: bool = True,
     rest_api_enable_cors_support: bool = False,
+    max_num_load_retries: int = 5,
+    load_retry_interval_micros: int = 60_000_000,
 ) -> ServingServer:
     """Load the models and start serving; returns the running :class:`ServingServer`.
 
@@ -242,6 +245,10 @@ def start_server(
             (``--enforce_session_run_timeout``, TF Serving's default true).
         rest_api_enable_cors_support: add CORS headers to every answer of the REST API
             (``--rest_api_enable_cors_support``).
+        max_num_load_retries: tries after a failed load before the version is END
+            (``--max_num_load_retries``, TF Serving's default 5; 0: one try only).
+        load_retry_interval_micros: wait between them (``--load_retry_interval_micros``,
+            default 1 minute; negative: none). The version is LOADING meanwhile.
 
     Returns:
         The started server.
@@ -289,6 +296,7 @@ def start_server(
         allow_version_labels_for_unavailable_models=allow_version_labels_for_unavailable_models,
         config_file=model_config_file,
         config_poll_interval=config_poll_interval,
+        load_retries=LoadRetries(max_num_load_retries, load_retry_interval_micros),
     )
     server = ServingServer(
         core,
