@@ -17,6 +17,7 @@ import time
 import urllib.error
 import urllib.request
 
+import numpy as np
 import pytest
 from toy_model import save_toy_model
 
@@ -248,3 +249,33 @@ def test_numbered_folder_without_graph_fails_not_found_after_the_retries(exports
         )
     assert caplog.text.count("Retrying of Loading servable: {name: toy version: 2} retry:") == 2
     assert "exhausted max_num_retries: 2" in caplog.text
+
+
+@pytest.mark.slow
+def test_unload_waits_for_a_request_in_flight_with_no_time_limit(exports, tmp_path):
+    # BasicManager::ExecuteUnload: UpdateServingMap blocks until the last handle to the
+    # version is released, with no time limit, and only then unloads it: a request held
+    # past the stand-in's old 60 s limit still runs on its version's session.
+    base = tmp_path / "toy"
+    shutil.copytree(exports[1], base / "1")
+    with start_server(base, "toy", grpc_port=None, poll_interval=0) as srv:
+        held = srv.core.servable("toy")  # what a request holds while it runs
+        try:
+            shutil.copytree(exports[2], base / "2")
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                poll = pool.submit(srv.refresh)  # unloads version 1: waits for the request
+                wait_for(lambda: states(srv) == [(2, "AVAILABLE", False), (1, "UNLOADING", False)])
+                assert answer(srv) == "v2:A"
+                time.sleep(65)
+                assert not poll.done()
+                assert states(srv) == [(2, "AVAILABLE", False), (1, "UNLOADING", False)]
+                sentences = {"sentences": np.array([b"a"], dtype=object)}
+                outputs = srv.core.predict(held, "serving_default", sentences)
+                assert outputs["translations"].tolist() == [b"v1:A"]
+                held.release()
+                held = None
+                poll.result(timeout=120)
+        finally:
+            if held is not None:
+                held.release()
+        assert states(srv) == [(2, "AVAILABLE", False), (1, "END", False)]

@@ -258,11 +258,22 @@ class Servable:
             return {k: outputs[k] for k in (output_filter or outputs)}
         return self.run(signature_name, arrays, output_filter, timeout_ms)
 
-    def close(self, wait_seconds: float = 60.0) -> None:
-        """Wait for the requests in flight (at most ``wait_seconds``), then close."""
+    def close(self) -> None:
+        """Wait for the requests in flight, with no time limit, then close.
+
+        As TF Serving's ``BasicManager::ExecuteUnload``: ``UpdateServingMap`` blocks until the
+        last handle to the version is released, however long that takes, and only then is
+        the version unloaded (a request is never left with a closed session).
+        """
         with self._idle:
-            if not self._idle.wait_for(lambda: self._in_flight == 0, timeout=wait_seconds):
-                logger.warning("closing %s v%d with requests in flight", self.name, self.version)
+            if self._in_flight:
+                logger.info(
+                    "model %s: version %d waits for %d request(s) in flight before unloading",
+                    self.name,
+                    self.version,
+                    self._in_flight,
+                )
+            self._idle.wait_for(lambda: self._in_flight == 0)
         if self.batcher is not None:
             self.batcher.stop()
             # The batcher holds this servable's ``run``: drop it so the version is freed by
