@@ -30,6 +30,9 @@ from keras_transformer.serving.config import (
 )
 from keras_transformer.serving.server import start_server
 
+# Version polling on, but no poll comes by itself during a test: a reload polls the base paths.
+BY_HAND = 3600
+
 # A corrupt version's load is retried (--max_num_load_retries, 5 by default, 1 min apart):
 # the tests that are not about retries try once.
 NO_RETRIES = {"max_num_load_retries": 0}
@@ -279,3 +282,28 @@ def test_unload_waits_for_a_request_in_flight_with_no_time_limit(exports, tmp_pa
             if held is not None:
                 held.release()
         assert states(srv) == [(2, "AVAILABLE", False), (1, "END", False)]
+
+
+def test_reload_removing_a_model_does_not_wait_for_its_requests_in_flight(exports, tmp_path):
+    # Removing a model only un-aspires its versions (UnaspireServables); the manager unloads
+    # them later, once their last handle is released, and ReloadConfig waits only for new
+    # models. The reload returns while a request still holds the removed model's version.
+    a, b = tmp_path / "a", tmp_path / "b"
+    shutil.copytree(exports[1], a / "1")
+    shutil.copytree(exports[2], b / "2")
+    models = [ModelConfig("a", str(a)), ModelConfig("b", str(b))]
+    with start_server(models=models, grpc_port=None, poll_interval=BY_HAND) as srv:
+        held = srv.core.servable("b")  # what a request holds while it runs
+        try:
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                reload = pool.submit(srv.core.reload_config, [ModelConfig("a", str(a))])
+                reload.result(timeout=30)  # the request is still held
+                assert answer(srv, "b") == 404
+                wait_for(lambda: states(srv, "b") == [(2, "UNLOADING", False)])
+                sentences = {"sentences": np.array([b"a"], dtype=object)}
+                outputs = srv.core.predict(held, "serving_default", sentences)
+                assert outputs["translations"].tolist() == [b"v2:A"]
+        finally:
+            held.release()
+        wait_for(lambda: states(srv, "b") == [(2, "END", False)])
+        assert answer(srv, "a") == "v1:A"

@@ -128,8 +128,9 @@ class ServerCore:
         nothing, so a config that moves a label to a version it also adds is refused on every
         try: add the version in one edit, move the label once it is AVAILABLE. Then models
         new to the config are loaded (this call waits for them, as TF Serving does), models
-        gone from it are unloaded (their versions reported END), and the others take their
-        new version policy and labels.
+        gone from it are unloaded in the background (each version once its requests in flight
+        are done; this call does not wait for them), and the others take their new version
+        policy and labels.
 
         Raises:
             ServingStatusError: FAILED_PRECONDITION for a label TF Serving would refuse.
@@ -154,7 +155,7 @@ class ServerCore:
                 if name not in managers:
                     logger.info("model %s: removed from the config; unloading", name)
                     self._removed[name] = manager
-                    manager.close()
+                    _unload_in_background(manager)
             poll(list(managers.values()))
 
     def reload_config_file(self, path: str | os.PathLike[str]) -> None:
@@ -278,6 +279,15 @@ class ServerCore:
     def batching_stats(self, name: str) -> dict[str, int]:
         """How many merged session runs answered how many requests (``--enable_batching``)."""
         return self.manager(name, for_status=True).batching_stats()
+
+
+def _unload_in_background(manager: ModelManager) -> None:
+    # As TF Serving, removing a model only un-aspires its versions
+    # (FileSystemStoragePathSource::UnaspireServables); the manager's own thread unloads
+    # them, each once its last handle is released (BasicManager::ExecuteUnload).
+    manager.cancel_loads()
+    thread = threading.Thread(target=manager.close, name=f"unload-{manager.name}", daemon=True)
+    thread.start()
 
 
 def poll(managers: Sequence[ModelManager]) -> None:
