@@ -17,8 +17,11 @@ import time
 import urllib.error
 import urllib.request
 
+import grpc
 import numpy as np
 import pytest
+from google.protobuf import text_format
+from tensorflow_serving.apis import model_management_pb2, model_service_pb2_grpc
 from toy_model import save_toy_model
 
 from keras_transformer import storage
@@ -282,6 +285,40 @@ def test_unload_waits_for_a_request_in_flight_with_no_time_limit(exports, tmp_pa
             if held is not None:
                 held.release()
         assert states(srv) == [(2, "AVAILABLE", False), (1, "END", False)]
+
+
+def reload_over_grpc(srv, models: dict[str, str], timeout: float = 60):
+    """HandleReloadConfigRequest with a model_config_list of ``models`` (name: base path)."""
+    entries = "".join(
+        f'config {{ name: "{name}" base_path: "{base}" model_platform: "tensorflow" }} '
+        for name, base in models.items()
+    )
+    request = model_management_pb2.ReloadConfigRequest()
+    text_format.Parse(f"model_config_list {{ {entries}}}", request.config)
+    stub = model_service_pb2_grpc.ModelServiceStub(grpc.insecure_channel(srv.grpc_target))
+    return stub.HandleReloadConfigRequest(request, timeout=timeout)
+
+
+def test_reload_adding_a_model_that_fails_to_load_fails_the_rpc(exports, tmp_path):
+    # ServerCore::ReloadConfig waits for each new model (WaitUntilModelsAvailable): when its
+    # first version to end its load failed, the RPC fails UNKNOWN and names it with its
+    # error; the new config stays applied.
+    base, bad = tmp_path / "toy", tmp_path / "bad"
+    shutil.copytree(exports[1], base / "1")
+    shutil.copytree(exports["corrupt"], bad / "1")
+    with start_server(base, "toy", grpc_port=0, poll_interval=BY_HAND, **NO_RETRIES) as srv:
+        with pytest.raises(grpc.RpcError) as error:
+            reload_over_grpc(srv, {"toy": str(base), "bad": str(bad)})
+        assert error.value.code() == grpc.StatusCode.UNKNOWN
+        details = error.value.details()
+        assert details.startswith(
+            "1 model(s) did not become available: {{{name: bad version: 1} due to error: UNKNOWN: "
+        ), details
+        assert details.endswith("}, }"), details
+        assert states(srv, "bad") == [(1, "END", True)]
+        assert answer(srv) == "v1:A"
+        # A model that loads: OK.
+        assert reload_over_grpc(srv, {"toy": str(base)}).status.error_code == 0
 
 
 def test_reload_removing_a_model_does_not_wait_for_its_requests_in_flight(exports, tmp_path):

@@ -74,6 +74,8 @@ class ModelManager:
         self._managed: dict[int, Harness] = {}  # guarded by _scan_lock
         self._pending: dict[int, str] | None = None  # a postponed aspired-versions list
         self._closed = False  # closed managers never load again (a scan may race a reload)
+        self._settled = threading.Condition(self._lock)
+        self._first_settled: tuple[int, VersionState] | None = None
 
     @property
     def name(self) -> str:
@@ -218,15 +220,14 @@ class ModelManager:
         except Exception as e:  # a broken export must not take the server down
             message = str(e).strip()[:ERROR_MESSAGE_LIMIT]
             harness.state = "error"
-            with self._lock:
-                self._states[version] = VersionState("END", code_name_of(e), message)
+            self._settle(version, VersionState("END", code_name_of(e), message))
             return
         if self._batching is not None:
             servable.batcher = BatchScheduler(servable.run, self._batching, servable.signatures)
         harness.state = "ready"
         with self._lock:
             self._servables[version] = servable
-            self._states[version] = VersionState("AVAILABLE")
+        self._settle(version, VersionState("AVAILABLE"))
         logger.info("model %s: version %d is AVAILABLE", self.name, version)
 
     def _load_with_retries(self, version: int, path: str) -> Servable:
@@ -251,6 +252,25 @@ class ModelManager:
             if retries:
                 logger.info("Retrying of %s exhausted max_num_retries: %d", what, retries)
         raise error
+
+    def _settle(self, version: int, state: VersionState) -> None:
+        with self._lock:
+            self._states[version] = state
+            if self._first_settled is None:
+                self._first_settled = (version, state)
+                self._settled.notify_all()
+
+    def wait_until_settled(self, stop: threading.Event) -> tuple[int, VersionState] | None:
+        """The first version of this manager to end a load, AVAILABLE or END, and its state;
+        waits as long as that takes, as ``ServerCore::WaitUntilModelsAvailable`` waits for
+        ``ServableRequest::Latest`` (``servable_state_waiter_timeout``: infinite). None once
+        ``stop`` is set."""
+        with self._settled:
+            while self._first_settled is None:
+                if stop.is_set():
+                    return None
+                self._settled.wait(0.1)
+            return self._first_settled
 
     def label_version(self, label: str) -> int:
         """The version a label points at (INVALID_ARGUMENT for an unknown label)."""
