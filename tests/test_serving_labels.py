@@ -25,6 +25,10 @@ from toy_model import save_toy_model
 
 from keras_transformer.serving.server import start_server
 
+# Version polling on, but no poll comes by itself during a test: a reload polls the base paths
+# (with polling off, --file_system_poll_wait_seconds=0, a reload changes the config only).
+BY_HAND = 3600
+
 UNAVAILABLE_2 = (
     "Request to assign label to version 2 of model toy, which is not currently available "
     "for inference"
@@ -71,7 +75,7 @@ def serve_labelled(config, grpc_port: int | None = 0):
         allow_version_labels_for_unavailable_models=True,
         port=0,
         grpc_port=grpc_port,
-        poll_interval=0,
+        poll_interval=BY_HAND,
     )
 
 
@@ -120,7 +124,9 @@ def test_promotion_in_one_edit_is_refused_on_every_reload_and_works_in_two(base,
 def test_without_the_flag_a_reload_may_label_only_available_versions(base, tmp_path, caplog):
     config = tmp_path / "models.config"
     write_config(config, config_text(base, [1, 2], {}))
-    with start_server(model_config_file=config, port=0, grpc_port=None, poll_interval=0) as srv:
+    with start_server(
+        model_config_file=config, port=0, grpc_port=None, poll_interval=BY_HAND
+    ) as srv:
         write_config(config, config_text(base, [1, 2, 3], {"next": 3}))
         with caplog.at_level(logging.ERROR, logger="keras_transformer.serving.core"):
             srv.reload_config_file(config)
@@ -133,7 +139,9 @@ def test_without_the_flag_a_reload_may_label_only_available_versions(base, tmp_p
 def test_a_config_file_that_does_not_parse_keeps_the_running_config(base, tmp_path, caplog):
     config = tmp_path / "models.config"
     write_config(config, config_text(base, [1], {}))
-    with start_server(model_config_file=config, port=0, grpc_port=None, poll_interval=0) as srv:
+    with start_server(
+        model_config_file=config, port=0, grpc_port=None, poll_interval=BY_HAND
+    ) as srv:
         config.write_text("model_config_list { config { nmae: 'toy' } }")
         with caplog.at_level(logging.ERROR, logger="keras_transformer.serving.core"):
             srv.reload_config_file(config)
@@ -146,7 +154,11 @@ def test_the_config_poll_reloads_the_file(base, tmp_path):
     config = tmp_path / "models.config"
     write_config(config, config_text(base, [1], {}))
     with start_server(
-        model_config_file=config, port=0, grpc_port=None, poll_interval=0, config_poll_interval=0.2
+        model_config_file=config,
+        port=0,
+        grpc_port=None,
+        poll_interval=BY_HAND,
+        config_poll_interval=0.2,
     ) as srv:
         assert versions(srv) == [("1", "AVAILABLE")]
         write_config(config, config_text(base, [2], {}))
@@ -236,7 +248,7 @@ def test_other_methods_on_the_api_are_malformed_requests(base):
     """TF Serving answers GET and POST only (``http_rest_api_handler.cc``): HEAD, PUT, ... get
     400 "Malformed request" (a HEAD answer carries no body); OPTIONS is a CORS preflight
     (serving_conformance_cases.py)."""
-    with start_server(base, "toy", port=0, grpc_port=None, poll_interval=0) as srv:
+    with start_server(base, "toy", port=0, grpc_port=None, poll_interval=BY_HAND) as srv:
         for method in ("HEAD", "PUT", "DELETE"):
             request = urllib.request.Request(f"{srv.url}/v1/models/toy", method=method)
             with pytest.raises(urllib.error.HTTPError) as error:

@@ -33,7 +33,8 @@ from keras_transformer.serving.config import (
 )
 from keras_transformer.serving.server import start_server
 
-# Version polling on, but no poll comes by itself during a test: a reload polls the base paths.
+# Version polling on, but no poll comes by itself during a test: a reload polls the base paths
+# (with polling off, --file_system_poll_wait_seconds=0, a reload changes the config only).
 BY_HAND = 3600
 
 # A corrupt version's load is retried (--max_num_load_retries, 5 by default, 1 min apart):
@@ -172,7 +173,7 @@ def test_policy_that_aspires_no_version_unloads_every_version(exports, tmp_path)
     shutil.copytree(exports[1], base / "1")
     shutil.copytree(exports[2], base / "2")
     config = write_config(tmp_path / "models.config", {"toy": str(base)}, "all {}")
-    with start_server(model_config_file=config, grpc_port=None, poll_interval=0) as srv:
+    with start_server(model_config_file=config, grpc_port=None, poll_interval=BY_HAND) as srv:
         assert states(srv) == [(2, "AVAILABLE", False), (1, "AVAILABLE", False)]
         write_config(tmp_path / "models.config", {"toy": str(base)}, "specific { versions: 7 }")
         srv.reload_config_file(config)
@@ -189,7 +190,7 @@ def test_several_unaspired_serving_versions_keep_only_the_highest(exports, tmp_p
     shutil.copytree(exports["corrupt"], base / "3")
     config = write_config(tmp_path / "models.config", {"toy": str(base)}, "all {}")
     with start_server(
-        model_config_file=config, grpc_port=None, poll_interval=0, **NO_RETRIES
+        model_config_file=config, grpc_port=None, poll_interval=BY_HAND, **NO_RETRIES
     ) as srv:
         assert [s[:2] for s in states(srv)] == [(3, "END"), (2, "AVAILABLE"), (1, "AVAILABLE")]
         write_config(tmp_path / "models.config", {"toy": str(base)}, "specific { versions: 3 }")
@@ -344,3 +345,27 @@ def test_reload_removing_a_model_does_not_wait_for_its_requests_in_flight(export
             held.release()
         wait_for(lambda: states(srv, "b") == [(2, "END", False)])
         assert answer(srv, "a") == "v1:A"
+
+
+def test_with_polling_off_a_reload_changes_the_config_only(exports, tmp_path):
+    # --file_system_poll_wait_seconds=0: FileSystemStoragePathSource polls the base paths
+    # once, at startup; a reload only updates its config (UpdateConfig). A new version is
+    # not loaded, and a model the reload adds is never polled, so ReloadConfig waits for it
+    # with no time limit (WaitUntilModelsAvailable): here the client's deadline passes.
+    base, other = tmp_path / "toy", tmp_path / "other"
+    shutil.copytree(exports[1], base / "1")
+    shutil.copytree(exports[2], other / "2")
+    config = write_config(tmp_path / "models.config", {"toy": str(base)}, "all {}")
+    with start_server(model_config_file=config, grpc_port=0, poll_interval=0) as srv:
+        shutil.copytree(exports[2], base / "2")
+        srv.reload_config_file(config)
+        assert states(srv) == [(1, "AVAILABLE", False)]
+        assert answer(srv) == "v1:A"
+        with pytest.raises(grpc.RpcError) as error:
+            reload_over_grpc(srv, {"toy": str(base), "other": str(other)}, timeout=3)
+        assert error.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert http(f"{srv.url}/v1/models/other")[0] == 404
+        assert states(srv) == [(1, "AVAILABLE", False)]
+        srv.refresh()  # a poll by hand (none comes by itself) ends the reload's wait
+        assert answer(srv, "other") == "v2:A"
+        assert answer(srv) == "v2:A"

@@ -91,6 +91,7 @@ class ServerCore:
         }
         self._removed: dict[str, ModelManager] = {}
         self._reload_lock = threading.Lock()
+        self._poll_interval = float(poll_interval)
         self._closing = threading.Event()  # set by close(): a reload stops waiting
         self._pollers = [Poller(self.refresh, poll_interval, "version-poll")]
         if config_file is not None:
@@ -130,9 +131,12 @@ class ServerCore:
         try: add the version in one edit, move the label once it is AVAILABLE. Then the others
         take their new version policy and labels, models gone from the config are unloaded in
         the background (each version once its requests in flight are done; this call does not
-        wait for them), and the base paths are polled. Last, this call waits for each model
-        new to the config, with no time limit, until one of its versions is AVAILABLE or has
-        failed (``ServerCore::WaitUntilModelsAvailable``). The new config stays applied even
+        wait for them), and the base paths are polled, unless polling is off
+        (``poll_interval <= 0``: as TF Serving's ``FileSystemStoragePathSource::UpdateConfig``,
+        a reload changes the config only). Last, this call waits for each model new to the
+        config, with no time limit, until one of its versions is AVAILABLE or has failed
+        (``ServerCore::WaitUntilModelsAvailable``): with polling off a new model never loads,
+        and the call never returns, as in TF Serving. The new config stays applied even
         when this call fails.
 
         Raises:
@@ -163,7 +167,8 @@ class ServerCore:
                     logger.info("model %s: removed from the config; unloading", name)
                     self._removed[name] = manager
                     _unload_in_background(manager)
-            poll(list(managers.values()))
+            if self._poll_interval > 0:
+                poll(list(managers.values()))
             self._wait_until_models_available(added)
 
     def _wait_until_models_available(self, added: Sequence[ModelManager]) -> None:
