@@ -369,3 +369,17 @@ def test_with_polling_off_a_reload_changes_the_config_only(exports, tmp_path):
         srv.refresh()  # a poll by hand (none comes by itself) ends the reload's wait
         assert answer(srv, "other") == "v2:A"
         assert answer(srv) == "v2:A"
+
+
+def test_version_without_variables_index_loads_with_nothing_restored(exports, tmp_path):
+    # TF Serving's C++ loader (loader.cc, RunRestore): with no variables/variables.index it
+    # logs "The specified SavedModel has no variables; no checkpoints were restored" and the
+    # version loads, AVAILABLE (the Python loader would fail "not a valid checkpoint").
+    base = tmp_path / "toy"
+    shutil.copytree(exports[1], base / "1")
+    with start_server(base, "toy", grpc_port=None, poll_interval=0, **NO_RETRIES) as srv:
+        shutil.copytree(exports[2], base / "2")
+        os.remove(base / "2" / "variables" / "variables.index")
+        srv.refresh()
+        assert states(srv) == [(2, "AVAILABLE", False), (1, "END", False)]
+        assert answer(srv) == "v2:A"
