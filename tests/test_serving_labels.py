@@ -64,7 +64,11 @@ def answer(srv, suffix: str = "") -> str | int:
 
 
 def versions(srv, path: str = "") -> list[tuple[str, str]]:
-    body = http(f"{srv.url}/v1/models/toy{path}")[1]
+    return versions_of(srv, "toy", path)
+
+
+def versions_of(srv, model: str, path: str = "") -> list[tuple[str, str]]:
+    body = http(f"{srv.url}/v1/models/{model}{path}")[1]
     return [(v["version"], v["state"]) for v in body["model_version_status"]]
 
 
@@ -219,11 +223,14 @@ def test_handle_reload_config_request_over_grpc(base, tmp_path, exports):
         assert versions(srv) == [("2", "AVAILABLE"), ("1", "AVAILABLE")]
         status, body = http(f"{srv.url}/v1/models/other:predict", "POST", {"inputs": ["a"]})
         assert (status, body["outputs"]["translations"]) == (200, ["v3:A"])
-        # The second model removed: its versions end (status END), predict finds nothing.
+        # The second model removed: predict finds nothing at once, and its versions end (status
+        # END) once unloaded, in the background, as TF Serving's manager unloads them.
         only_toy = "model_config_list { " + config_text(base, [1, 2], {"stable": 1}) + " }"
         stub.HandleReloadConfigRequest(reload_request(only_toy), timeout=60)
-        status, body = http(f"{srv.url}/v1/models/other")
-        assert [(v["version"], v["state"]) for v in body["model_version_status"]] == [("3", "END")]
+        deadline = time.monotonic() + 60
+        while versions_of(srv, "other") != [("3", "END")] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert versions_of(srv, "other") == [("3", "END")]
         status, body = http(f"{srv.url}/v1/models/other:predict", "POST", {"inputs": ["a"]})
         assert status == 404 and "Servable not found for request: Latest(other)" in body["error"]
         # Only a model_config_list can be reloaded; a bad entry names its field.
