@@ -44,6 +44,7 @@ PRIVATE_SYMBOLS: tuple[tuple[str, str], ...] = (
     ("tensorflow.python.framework.kernels", "get_registered_kernels_for_op"),
     ("tensorflow.python.saved_model.fingerprinting_utils", "write_fingerprint"),
     ("tensorflow.python.ops.control_flow_util", "GraphOrParentsInXlaContext"),
+    ("tensorflow.python.saved_model.loader_impl", "SavedModelLoader"),
 )
 # Attributes that exist on instances only, checked on a compiled model by the test.
 _INSTANCE_ATTRIBUTES = {
@@ -234,6 +235,16 @@ def silence_tf_deprecation():
         return deprecation.silence()
     except (ImportError, AttributeError):  # pragma: no cover - checked by the tests
         return contextlib.nullcontext()
+
+
+def saved_model_loader(export_dir: str) -> Any:
+    """The TF1 SavedModel loader's steps, one by one (``load_graph``, ``restore_variables``,
+    ``run_init_ops``, ``get_meta_graph_def_from_tags``), where
+    ``tf.compat.v1.saved_model.loader.load`` runs them all: the serving stand-in skips the
+    restore when TF Serving's C++ loader does (``loader.cc``, ``RunRestore``)."""
+    from tensorflow.python.saved_model import loader_impl
+
+    return loader_impl.SavedModelLoader(export_dir)
 
 
 def write_saved_model_fingerprint(export_dir: str) -> None:

@@ -25,6 +25,10 @@ from toy_model import save_toy_model
 
 from keras_transformer.serving.server import start_server
 
+# Version polling on, but no poll comes by itself during a test: a reload polls the base paths
+# (with polling off, --file_system_poll_wait_seconds=0, a reload changes the config only).
+BY_HAND = 3600
+
 UNAVAILABLE_2 = (
     "Request to assign label to version 2 of model toy, which is not currently available "
     "for inference"
@@ -60,7 +64,11 @@ def answer(srv, suffix: str = "") -> str | int:
 
 
 def versions(srv, path: str = "") -> list[tuple[str, str]]:
-    body = http(f"{srv.url}/v1/models/toy{path}")[1]
+    return versions_of(srv, "toy", path)
+
+
+def versions_of(srv, model: str, path: str = "") -> list[tuple[str, str]]:
+    body = http(f"{srv.url}/v1/models/{model}{path}")[1]
     return [(v["version"], v["state"]) for v in body["model_version_status"]]
 
 
@@ -71,7 +79,7 @@ def serve_labelled(config, grpc_port: int | None = 0):
         allow_version_labels_for_unavailable_models=True,
         port=0,
         grpc_port=grpc_port,
-        poll_interval=0,
+        poll_interval=BY_HAND,
     )
 
 
@@ -120,7 +128,9 @@ def test_promotion_in_one_edit_is_refused_on_every_reload_and_works_in_two(base,
 def test_without_the_flag_a_reload_may_label_only_available_versions(base, tmp_path, caplog):
     config = tmp_path / "models.config"
     write_config(config, config_text(base, [1, 2], {}))
-    with start_server(model_config_file=config, port=0, grpc_port=None, poll_interval=0) as srv:
+    with start_server(
+        model_config_file=config, port=0, grpc_port=None, poll_interval=BY_HAND
+    ) as srv:
         write_config(config, config_text(base, [1, 2, 3], {"next": 3}))
         with caplog.at_level(logging.ERROR, logger="keras_transformer.serving.core"):
             srv.reload_config_file(config)
@@ -133,7 +143,9 @@ def test_without_the_flag_a_reload_may_label_only_available_versions(base, tmp_p
 def test_a_config_file_that_does_not_parse_keeps_the_running_config(base, tmp_path, caplog):
     config = tmp_path / "models.config"
     write_config(config, config_text(base, [1], {}))
-    with start_server(model_config_file=config, port=0, grpc_port=None, poll_interval=0) as srv:
+    with start_server(
+        model_config_file=config, port=0, grpc_port=None, poll_interval=BY_HAND
+    ) as srv:
         config.write_text("model_config_list { config { nmae: 'toy' } }")
         with caplog.at_level(logging.ERROR, logger="keras_transformer.serving.core"):
             srv.reload_config_file(config)
@@ -146,7 +158,11 @@ def test_the_config_poll_reloads_the_file(base, tmp_path):
     config = tmp_path / "models.config"
     write_config(config, config_text(base, [1], {}))
     with start_server(
-        model_config_file=config, port=0, grpc_port=None, poll_interval=0, config_poll_interval=0.2
+        model_config_file=config,
+        port=0,
+        grpc_port=None,
+        poll_interval=BY_HAND,
+        config_poll_interval=0.2,
     ) as srv:
         assert versions(srv) == [("1", "AVAILABLE")]
         write_config(config, config_text(base, [2], {}))
@@ -207,11 +223,14 @@ def test_handle_reload_config_request_over_grpc(base, tmp_path, exports):
         assert versions(srv) == [("2", "AVAILABLE"), ("1", "AVAILABLE")]
         status, body = http(f"{srv.url}/v1/models/other:predict", "POST", {"inputs": ["a"]})
         assert (status, body["outputs"]["translations"]) == (200, ["v3:A"])
-        # The second model removed: its versions end (status END), predict finds nothing.
+        # The second model removed: predict finds nothing at once, and its versions end (status
+        # END) once unloaded, in the background, as TF Serving's manager unloads them.
         only_toy = "model_config_list { " + config_text(base, [1, 2], {"stable": 1}) + " }"
         stub.HandleReloadConfigRequest(reload_request(only_toy), timeout=60)
-        status, body = http(f"{srv.url}/v1/models/other")
-        assert [(v["version"], v["state"]) for v in body["model_version_status"]] == [("3", "END")]
+        deadline = time.monotonic() + 60
+        while versions_of(srv, "other") != [("3", "END")] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert versions_of(srv, "other") == [("3", "END")]
         status, body = http(f"{srv.url}/v1/models/other:predict", "POST", {"inputs": ["a"]})
         assert status == 404 and "Servable not found for request: Latest(other)" in body["error"]
         # Only a model_config_list can be reloaded; a bad entry names its field.
@@ -236,7 +255,7 @@ def test_other_methods_on_the_api_are_malformed_requests(base):
     """TF Serving answers GET and POST only (``http_rest_api_handler.cc``): HEAD, PUT, ... get
     400 "Malformed request" (a HEAD answer carries no body); OPTIONS is a CORS preflight
     (serving_conformance_cases.py)."""
-    with start_server(base, "toy", port=0, grpc_port=None, poll_interval=0) as srv:
+    with start_server(base, "toy", port=0, grpc_port=None, poll_interval=BY_HAND) as srv:
         for method in ("HEAD", "PUT", "DELETE"):
             request = urllib.request.Request(f"{srv.url}/v1/models/toy", method=method)
             with pytest.raises(urllib.error.HTTPError) as error:

@@ -17,7 +17,11 @@ import time
 import urllib.error
 import urllib.request
 
+import grpc
+import numpy as np
 import pytest
+from google.protobuf import text_format
+from tensorflow_serving.apis import model_management_pb2, model_service_pb2_grpc
 from toy_model import save_toy_model
 
 from keras_transformer import storage
@@ -28,6 +32,10 @@ from keras_transformer.serving.config import (
     single_model_config,
 )
 from keras_transformer.serving.server import start_server
+
+# Version polling on, but no poll comes by itself during a test: a reload polls the base paths
+# (with polling off, --file_system_poll_wait_seconds=0, a reload changes the config only).
+BY_HAND = 3600
 
 # A corrupt version's load is retried (--max_num_load_retries, 5 by default, 1 min apart):
 # the tests that are not about retries try once.
@@ -165,7 +173,7 @@ def test_policy_that_aspires_no_version_unloads_every_version(exports, tmp_path)
     shutil.copytree(exports[1], base / "1")
     shutil.copytree(exports[2], base / "2")
     config = write_config(tmp_path / "models.config", {"toy": str(base)}, "all {}")
-    with start_server(model_config_file=config, grpc_port=None, poll_interval=0) as srv:
+    with start_server(model_config_file=config, grpc_port=None, poll_interval=BY_HAND) as srv:
         assert states(srv) == [(2, "AVAILABLE", False), (1, "AVAILABLE", False)]
         write_config(tmp_path / "models.config", {"toy": str(base)}, "specific { versions: 7 }")
         srv.reload_config_file(config)
@@ -182,7 +190,7 @@ def test_several_unaspired_serving_versions_keep_only_the_highest(exports, tmp_p
     shutil.copytree(exports["corrupt"], base / "3")
     config = write_config(tmp_path / "models.config", {"toy": str(base)}, "all {}")
     with start_server(
-        model_config_file=config, grpc_port=None, poll_interval=0, **NO_RETRIES
+        model_config_file=config, grpc_port=None, poll_interval=BY_HAND, **NO_RETRIES
     ) as srv:
         assert [s[:2] for s in states(srv)] == [(3, "END"), (2, "AVAILABLE"), (1, "AVAILABLE")]
         write_config(tmp_path / "models.config", {"toy": str(base)}, "specific { versions: 3 }")
@@ -248,3 +256,130 @@ def test_numbered_folder_without_graph_fails_not_found_after_the_retries(exports
         )
     assert caplog.text.count("Retrying of Loading servable: {name: toy version: 2} retry:") == 2
     assert "exhausted max_num_retries: 2" in caplog.text
+
+
+@pytest.mark.slow
+def test_unload_waits_for_a_request_in_flight_with_no_time_limit(exports, tmp_path):
+    # BasicManager::ExecuteUnload: UpdateServingMap blocks until the last handle to the
+    # version is released, with no time limit, and only then unloads it: a request held
+    # past the stand-in's old 60 s limit still runs on its version's session.
+    base = tmp_path / "toy"
+    shutil.copytree(exports[1], base / "1")
+    with start_server(base, "toy", grpc_port=None, poll_interval=0) as srv:
+        held = srv.core.servable("toy")  # what a request holds while it runs
+        try:
+            shutil.copytree(exports[2], base / "2")
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                poll = pool.submit(srv.refresh)  # unloads version 1: waits for the request
+                wait_for(lambda: states(srv) == [(2, "AVAILABLE", False), (1, "UNLOADING", False)])
+                assert answer(srv) == "v2:A"
+                time.sleep(65)
+                assert not poll.done()
+                assert states(srv) == [(2, "AVAILABLE", False), (1, "UNLOADING", False)]
+                sentences = {"sentences": np.array([b"a"], dtype=object)}
+                outputs = srv.core.predict(held, "serving_default", sentences)
+                assert outputs["translations"].tolist() == [b"v1:A"]
+                held.release()
+                held = None
+                poll.result(timeout=120)
+        finally:
+            if held is not None:
+                held.release()
+        assert states(srv) == [(2, "AVAILABLE", False), (1, "END", False)]
+
+
+def reload_over_grpc(srv, models: dict[str, str], timeout: float = 60):
+    """HandleReloadConfigRequest with a model_config_list of ``models`` (name: base path)."""
+    entries = "".join(
+        f'config {{ name: "{name}" base_path: "{base}" model_platform: "tensorflow" }} '
+        for name, base in models.items()
+    )
+    request = model_management_pb2.ReloadConfigRequest()
+    text_format.Parse(f"model_config_list {{ {entries}}}", request.config)
+    stub = model_service_pb2_grpc.ModelServiceStub(grpc.insecure_channel(srv.grpc_target))
+    return stub.HandleReloadConfigRequest(request, timeout=timeout)
+
+
+def test_reload_adding_a_model_that_fails_to_load_fails_the_rpc(exports, tmp_path):
+    # ServerCore::ReloadConfig waits for each new model (WaitUntilModelsAvailable): when its
+    # first version to end its load failed, the RPC fails UNKNOWN and names it with its
+    # error; the new config stays applied.
+    base, bad = tmp_path / "toy", tmp_path / "bad"
+    shutil.copytree(exports[1], base / "1")
+    shutil.copytree(exports["corrupt"], bad / "1")
+    with start_server(base, "toy", grpc_port=0, poll_interval=BY_HAND, **NO_RETRIES) as srv:
+        with pytest.raises(grpc.RpcError) as error:
+            reload_over_grpc(srv, {"toy": str(base), "bad": str(bad)})
+        assert error.value.code() == grpc.StatusCode.UNKNOWN
+        details = error.value.details()
+        assert details.startswith(
+            "1 model(s) did not become available: {{{name: bad version: 1} due to error: UNKNOWN: "
+        ), details
+        assert details.endswith("}, }"), details
+        assert states(srv, "bad") == [(1, "END", True)]
+        assert answer(srv) == "v1:A"
+        # A model that loads: OK.
+        assert reload_over_grpc(srv, {"toy": str(base)}).status.error_code == 0
+
+
+def test_reload_removing_a_model_does_not_wait_for_its_requests_in_flight(exports, tmp_path):
+    # Removing a model only un-aspires its versions (UnaspireServables); the manager unloads
+    # them later, once their last handle is released, and ReloadConfig waits only for new
+    # models. The reload returns while a request still holds the removed model's version.
+    a, b = tmp_path / "a", tmp_path / "b"
+    shutil.copytree(exports[1], a / "1")
+    shutil.copytree(exports[2], b / "2")
+    models = [ModelConfig("a", str(a)), ModelConfig("b", str(b))]
+    with start_server(models=models, grpc_port=None, poll_interval=BY_HAND) as srv:
+        held = srv.core.servable("b")  # what a request holds while it runs
+        try:
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                reload = pool.submit(srv.core.reload_config, [ModelConfig("a", str(a))])
+                reload.result(timeout=30)  # the request is still held
+                assert answer(srv, "b") == 404
+                wait_for(lambda: states(srv, "b") == [(2, "UNLOADING", False)])
+                sentences = {"sentences": np.array([b"a"], dtype=object)}
+                outputs = srv.core.predict(held, "serving_default", sentences)
+                assert outputs["translations"].tolist() == [b"v2:A"]
+        finally:
+            held.release()
+        wait_for(lambda: states(srv, "b") == [(2, "END", False)])
+        assert answer(srv, "a") == "v1:A"
+
+
+def test_with_polling_off_a_reload_changes_the_config_only(exports, tmp_path):
+    # --file_system_poll_wait_seconds=0: FileSystemStoragePathSource polls the base paths
+    # once, at startup; a reload only updates its config (UpdateConfig). A new version is
+    # not loaded, and a model the reload adds is never polled, so ReloadConfig waits for it
+    # with no time limit (WaitUntilModelsAvailable): here the client's deadline passes.
+    base, other = tmp_path / "toy", tmp_path / "other"
+    shutil.copytree(exports[1], base / "1")
+    shutil.copytree(exports[2], other / "2")
+    config = write_config(tmp_path / "models.config", {"toy": str(base)}, "all {}")
+    with start_server(model_config_file=config, grpc_port=0, poll_interval=0) as srv:
+        shutil.copytree(exports[2], base / "2")
+        srv.reload_config_file(config)
+        assert states(srv) == [(1, "AVAILABLE", False)]
+        assert answer(srv) == "v1:A"
+        with pytest.raises(grpc.RpcError) as error:
+            reload_over_grpc(srv, {"toy": str(base), "other": str(other)}, timeout=3)
+        assert error.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert http(f"{srv.url}/v1/models/other")[0] == 404
+        assert states(srv) == [(1, "AVAILABLE", False)]
+        srv.refresh()  # a poll by hand (none comes by itself) ends the reload's wait
+        assert answer(srv, "other") == "v2:A"
+        assert answer(srv) == "v2:A"
+
+
+def test_version_without_variables_index_loads_with_nothing_restored(exports, tmp_path):
+    # TF Serving's C++ loader (loader.cc, RunRestore): with no variables/variables.index it
+    # logs "The specified SavedModel has no variables; no checkpoints were restored" and the
+    # version loads, AVAILABLE (the Python loader would fail "not a valid checkpoint").
+    base = tmp_path / "toy"
+    shutil.copytree(exports[1], base / "1")
+    with start_server(base, "toy", grpc_port=None, poll_interval=0, **NO_RETRIES) as srv:
+        shutil.copytree(exports[2], base / "2")
+        os.remove(base / "2" / "variables" / "variables.index")
+        srv.refresh()
+        assert states(srv) == [(2, "AVAILABLE", False), (1, "END", False)]
+        assert answer(srv) == "v2:A"

@@ -91,6 +91,8 @@ class ServerCore:
         }
         self._removed: dict[str, ModelManager] = {}
         self._reload_lock = threading.Lock()
+        self._poll_interval = float(poll_interval)
+        self._closing = threading.Event()  # set by close(): a reload stops waiting
         self._pollers = [Poller(self.refresh, poll_interval, "version-poll")]
         if config_file is not None:
             self._pollers.append(
@@ -126,13 +128,21 @@ class ServerCore:
 
         The labels are checked first (:func:`check_version_labels`); a refused config changes
         nothing, so a config that moves a label to a version it also adds is refused on every
-        try: add the version in one edit, move the label once it is AVAILABLE. Then models
-        new to the config are loaded (this call waits for them, as TF Serving does), models
-        gone from it are unloaded (their versions reported END), and the others take their
-        new version policy and labels.
+        try: add the version in one edit, move the label once it is AVAILABLE. Then the others
+        take their new version policy and labels, models gone from the config are unloaded in
+        the background (each version once its requests in flight are done; this call does not
+        wait for them), and the base paths are polled, unless polling is off
+        (``poll_interval <= 0``: as TF Serving's ``FileSystemStoragePathSource::UpdateConfig``,
+        a reload changes the config only). Last, this call waits for each model new to the
+        config, with no time limit, until one of its versions is AVAILABLE or has failed
+        (``ServerCore::WaitUntilModelsAvailable``): with polling off a new model never loads,
+        and the call never returns, as in TF Serving. The new config stays applied even
+        when this call fails.
 
         Raises:
-            ServingStatusError: FAILED_PRECONDITION for a label TF Serving would refuse.
+            ServingStatusError: FAILED_PRECONDITION for a label TF Serving would refuse;
+                UNKNOWN "N model(s) did not become available: ..." when a new model's first
+                version to end its load failed; CANCELLED when the server closes meanwhile.
             ValueError: no models, or a name listed twice.
         """
         _check_names(models)
@@ -140,6 +150,7 @@ class ServerCore:
             current = self.managers
             check_version_labels(models, current, self.allow_version_labels_for_unavailable_models)
             managers = {}
+            added = []
             for model in models:
                 manager = current.get(model.name)
                 if manager is None:
@@ -147,6 +158,7 @@ class ServerCore:
                     manager = ModelManager(
                         model, self._session_options, self._batching, self._load_retries
                     )
+                    added.append(manager)
                 manager.config = model
                 managers[model.name] = manager
             self.managers = managers
@@ -154,8 +166,33 @@ class ServerCore:
                 if name not in managers:
                     logger.info("model %s: removed from the config; unloading", name)
                     self._removed[name] = manager
-                    manager.close()
-            poll(list(managers.values()))
+                    _unload_in_background(manager)
+            if self._poll_interval > 0:
+                poll(list(managers.values()))
+            self._wait_until_models_available(added)
+
+    def _wait_until_models_available(self, added: Sequence[ModelManager]) -> None:
+        # ServerCore::WaitUntilModelsAvailable: a ServableRequest::Latest per new model is
+        # done when any of its versions is AVAILABLE or END (the first to get there).
+        failed = []
+        for manager in added:
+            settled = manager.wait_until_settled(self._closing)
+            if settled is None:
+                raise ServingStatusError("CANCELLED", "ReloadConfig cancelled: server closing")
+            version, state = settled
+            if state.state != "AVAILABLE":
+                error = ""
+                if state.error_code != "OK":
+                    error = f" due to error: {state.error_code}: {state.error_message}"
+                failed.append((manager.name, version, error))
+        if failed:
+            entries = "".join(
+                f"{{{{name: {name} version: {version}}}{error}}}, "
+                for name, version, error in sorted(failed)
+            )
+            raise ServingStatusError(
+                "UNKNOWN", f"{len(failed)} model(s) did not become available: {{{entries}}}"
+            )
 
     def reload_config_file(self, path: str | os.PathLike[str]) -> None:
         """Read ``path`` and apply it, as TF Serving's ``PollFilesystemAndReloadConfig``: a file
@@ -174,6 +211,7 @@ class ServerCore:
 
     def close(self) -> None:
         """Stop watching and unload every version."""
+        self._closing.set()
         for manager in self.managers.values():
             manager.cancel_loads()  # a poll retrying a load gives up, so the poller stops
         for poller in self._pollers:
@@ -278,6 +316,15 @@ class ServerCore:
     def batching_stats(self, name: str) -> dict[str, int]:
         """How many merged session runs answered how many requests (``--enable_batching``)."""
         return self.manager(name, for_status=True).batching_stats()
+
+
+def _unload_in_background(manager: ModelManager) -> None:
+    # As TF Serving, removing a model only un-aspires its versions
+    # (FileSystemStoragePathSource::UnaspireServables); the manager's own thread unloads
+    # them, each once its last handle is released (BasicManager::ExecuteUnload).
+    manager.cancel_loads()
+    thread = threading.Thread(target=manager.close, name=f"unload-{manager.name}", daemon=True)
+    thread.start()
 
 
 def poll(managers: Sequence[ModelManager]) -> None:

@@ -13,8 +13,6 @@ listed changes nothing (``ServerCore``'s poll then fails for every model, as TF 
 
 from __future__ import annotations
 
-import dataclasses
-import gc
 import logging
 import os
 import threading
@@ -25,67 +23,18 @@ from keras_transformer.serving.batcher import STATS_KEYS, BatchScheduler
 from keras_transformer.serving.batching_config import BatchOptions
 from keras_transformer.serving.config import ModelConfig
 from keras_transformer.serving.errors import code_name_of, invalid, not_found
+from keras_transformer.serving.harness import (
+    ERROR_MESSAGE_LIMIT,
+    Harness,
+    LoadRetries,
+    VersionState,
+    graph_mtime,
+    log_poll_error,
+    release_memory,
+)
 from keras_transformer.serving.servable import Servable, SessionOptions
 
 logger = logging.getLogger(__name__)
-
-_ERROR_MESSAGE_LIMIT = 2000
-
-
-@dataclasses.dataclass
-class VersionState:
-    """A version's ``ModelVersionStatus``: state name, error code name and message."""
-
-    state: str
-    error_code: str = "OK"
-    error_message: str = ""
-
-
-@dataclasses.dataclass(frozen=True)
-class LoadRetries:
-    """How often a failed load is tried again (TF Serving's ``LoaderHarness::Load`` with
-    ``Retry``, ``util/retrier.cc``): ``--max_num_load_retries`` more tries (0: one try only),
-    ``--load_retry_interval_micros`` apart (negative: no wait). The version is LOADING
-    meanwhile, and END with the last error once the tries are spent."""
-
-    max_num_load_retries: int = 5
-    load_retry_interval_micros: int = 60_000_000
-
-    def __post_init__(self) -> None:
-        if self.max_num_load_retries < 0:
-            raise ValueError(f"max_num_load_retries must be >= 0, got {self.max_num_load_retries}")
-
-
-@dataclasses.dataclass
-class _Harness:
-    """A version the manager manages (TF Serving's ``LoaderHarness`` with its ``Aspired``
-    flag): state ``new``, ``ready``, ``error`` or ``disabled`` (unloaded)."""
-
-    path: str
-    aspired: bool = True
-    state: str = "new"
-    stamp: float | None = None  # saved_model.pb mtime when it was loaded (retry a failure)
-
-
-def release_memory() -> None:
-    """Free unloaded versions now. A version's ``tf.Graph`` is full of reference cycles, which
-    only the cyclic collector frees, and its oldest generation runs rarely: without this, an
-    unloaded version's graph stays in memory for an unbounded time after each swap."""
-    gc.collect()
-
-
-def _mtime(path: str) -> float | None:
-    for name in ("saved_model.pb", "saved_model.pbtxt"):
-        try:
-            return os.path.getmtime(os.path.join(path, name))
-        except OSError:
-            continue
-    return None
-
-
-def log_poll_error(error: OSError) -> None:
-    """Log a failed poll of the base paths in TF Serving's words (nothing changes)."""
-    logger.error("FileSystemStoragePathSource encountered a filesystem access error: %s", error)
 
 
 class ModelManager:
@@ -122,9 +71,11 @@ class ModelManager:
         self._scan_lock = threading.Lock()
         self._servables: dict[int, Servable] = {}
         self._states: dict[int, VersionState] = {}
-        self._managed: dict[int, _Harness] = {}  # guarded by _scan_lock
+        self._managed: dict[int, Harness] = {}  # guarded by _scan_lock
         self._pending: dict[int, str] | None = None  # a postponed aspired-versions list
         self._closed = False  # closed managers never load again (a scan may race a reload)
+        self._settled = threading.Condition(self._lock)
+        self._first_settled: tuple[int, VersionState] | None = None
 
     @property
     def name(self) -> str:
@@ -226,11 +177,11 @@ class ModelManager:
         for version, path in aspired.items():
             harness = self._managed.get(version)
             if harness is not None and harness.state == "error":
-                if _mtime(path) == harness.stamp:
+                if graph_mtime(path) == harness.stamp:
                     continue  # failed before and unchanged since
                 harness = None  # changed since it failed: a new version again
             if harness is None:
-                self._managed[version] = _Harness(path)
+                self._managed[version] = Harness(path)
 
     def _next_action(self) -> tuple[str, int] | None:
         # AvailabilityPreservingPolicy::GetNextAction.
@@ -260,24 +211,23 @@ class ModelManager:
     def _load(self, version: int) -> None:
         harness = self._managed[version]
         path = harness.path
-        harness.stamp = _mtime(path)
+        harness.stamp = graph_mtime(path)
         with self._lock:
             self._states[version] = VersionState("LOADING")
         logger.info("model %s: loading version %d from %s", self.name, version, path)
         try:
             servable = self._load_with_retries(version, path)
         except Exception as e:  # a broken export must not take the server down
-            message = str(e).strip()[:_ERROR_MESSAGE_LIMIT]
+            message = str(e).strip()[:ERROR_MESSAGE_LIMIT]
             harness.state = "error"
-            with self._lock:
-                self._states[version] = VersionState("END", code_name_of(e), message)
+            self._settle(version, VersionState("END", code_name_of(e), message))
             return
         if self._batching is not None:
             servable.batcher = BatchScheduler(servable.run, self._batching, servable.signatures)
         harness.state = "ready"
         with self._lock:
             self._servables[version] = servable
-            self._states[version] = VersionState("AVAILABLE")
+        self._settle(version, VersionState("AVAILABLE"))
         logger.info("model %s: version %d is AVAILABLE", self.name, version)
 
     def _load_with_retries(self, version: int, path: str) -> Servable:
@@ -302,6 +252,25 @@ class ModelManager:
             if retries:
                 logger.info("Retrying of %s exhausted max_num_retries: %d", what, retries)
         raise error
+
+    def _settle(self, version: int, state: VersionState) -> None:
+        with self._lock:
+            self._states[version] = state
+            if self._first_settled is None:
+                self._first_settled = (version, state)
+                self._settled.notify_all()
+
+    def wait_until_settled(self, stop: threading.Event) -> tuple[int, VersionState] | None:
+        """The first version of this manager to end a load, AVAILABLE or END, and its state;
+        waits as long as that takes, as ``ServerCore::WaitUntilModelsAvailable`` waits for
+        ``ServableRequest::Latest`` (``servable_state_waiter_timeout``: infinite). None once
+        ``stop`` is set."""
+        with self._settled:
+            while self._first_settled is None:
+                if stop.is_set():
+                    return None
+                self._settled.wait(0.1)
+            return self._first_settled
 
     def label_version(self, label: str) -> int:
         """The version a label points at (INVALID_ARGUMENT for an unknown label)."""

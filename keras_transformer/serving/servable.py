@@ -1,7 +1,8 @@
 """One loaded model version, run the way TF Serving's C++ server runs it.
 
-Each version is loaded through the TF1 session loader (``tf.compat.v1.saved_model.loader.load``
-with the ``serve`` tag into its own ``Graph`` + ``Session``), after ``tensorflow_text`` is
+Each version is loaded through the TF1 session loader (``tf.compat.v1.saved_model.loader.load``'s
+steps with the ``serve`` tag into its own ``Graph`` + ``Session``; as TF Serving's C++ loader,
+nothing is restored when ``variables/variables.index`` is missing), after ``tensorflow_text`` is
 imported so tf-text's ops resolve, and its SignatureDefs run by the tensor names in the
 MetaGraphDef. Requests are checked as ``predict_util.cc`` checks them (signature, inputs,
 ``output_filter``), with TF Serving's messages. TF Serving's XLA rule holds: a graph that needs
@@ -99,7 +100,7 @@ class Servable:
     ) -> None:
         import tensorflow as tf
 
-        from keras_transformer.compat import silence_tf_deprecation
+        from keras_transformer.compat import saved_model_loader, silence_tf_deprecation
 
         _import_tf_text()
         options = options or SessionOptions()
@@ -120,8 +121,8 @@ class Servable:
         self._run_options = tf.compat.v1.RunOptions
         try:
             with self._graph.as_default(), silence_tf_deprecation():
-                self.meta_graph_def = tf.compat.v1.saved_model.loader.load(
-                    self._session, [SERVE_TAG], path
+                self.meta_graph_def = _load_saved_model(
+                    saved_model_loader(path), self._session, path
                 )
             if not options.xla_compilation_enabled:
                 needs_xla = xla_requirements(self.meta_graph_def.graph_def)
@@ -258,17 +259,46 @@ class Servable:
             return {k: outputs[k] for k in (output_filter or outputs)}
         return self.run(signature_name, arrays, output_filter, timeout_ms)
 
-    def close(self, wait_seconds: float = 60.0) -> None:
-        """Wait for the requests in flight (at most ``wait_seconds``), then close."""
+    def close(self) -> None:
+        """Wait for the requests in flight, with no time limit, then close.
+
+        As TF Serving's ``BasicManager::ExecuteUnload``: ``UpdateServingMap`` blocks until the
+        last handle to the version is released, however long that takes, and only then is
+        the version unloaded (a request is never left with a closed session).
+        """
         with self._idle:
-            if not self._idle.wait_for(lambda: self._in_flight == 0, timeout=wait_seconds):
-                logger.warning("closing %s v%d with requests in flight", self.name, self.version)
+            if self._in_flight:
+                logger.info(
+                    "model %s: version %d waits for %d request(s) in flight before unloading",
+                    self.name,
+                    self.version,
+                    self._in_flight,
+                )
+            self._idle.wait_for(lambda: self._in_flight == 0)
         if self.batcher is not None:
             self.batcher.stop()
             # The batcher holds this servable's ``run``: drop it so the version is freed by
             # reference counting once the manager lets go of it.
             self.batcher = None
         self._session.close()
+
+
+def _load_saved_model(loader: Any, session: Any, path: str) -> Any:
+    """``tf.compat.v1.saved_model.loader.load``, except that the variables are restored only
+    when ``variables/variables.index`` exists: as TF Serving's C++ loader (``loader.cc``,
+    ``RunRestore``), a version without it loads with nothing restored, and AVAILABLE."""
+    saver, _ = loader.load_graph(session.graph, [SERVE_TAG])
+    index = os.path.join(path, "variables", "variables.index")
+    if storage.exists(index):
+        loader.restore_variables(session, saver)
+    else:
+        logger.info(
+            "The specified SavedModel has no variables; no checkpoints were restored. "
+            "File does not exist: %s",
+            index,
+        )
+    loader.run_init_ops(session, [SERVE_TAG])
+    return loader.get_meta_graph_def_from_tags([SERVE_TAG])
 
 
 def _verify_method_name(signature: Any) -> None:
