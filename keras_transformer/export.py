@@ -193,7 +193,8 @@ def publish_saved_model(
     folder rename is atomic: the export is staged in a local temporary folder, then its
     files are copied into the version folder with `saved_model.pb` last, so a server
     polling the base path finds no graph until every variable is there. A copy that fails
-    removes the partial version folder, whose `saved_model.pb` was never written.
+    removes the files it copied (never another export's, should one have published the same
+    version meanwhile) and the folders they leave empty: no version is left behind.
 
     Args:
         base_path: the parent of the model's folder.
@@ -228,12 +229,7 @@ def publish_saved_model(
             f"Received method names for signatures {unknown}, which are not endpoints; "
             f"expected some of {sorted(endpoints)}."
         )
-    if storage.exists(final_dir):
-        raise ValueError(
-            f"Received version={version}, but {final_dir!r} already exists; expected a new "
-            f"version (the next free one is {next_version(model_dir)}). Exports are never "
-            "overwritten."
-        )
+    _check_new_version(version, final_dir, model_dir)
 
     object_store = storage.is_object_store(model_dir)
     if object_store:
@@ -244,7 +240,12 @@ def publish_saved_model(
         staging = tmp_dir = os.path.join(
             model_dir, f"{_TMP_PREFIX}{version}-{uuid.uuid4().hex[:8]}"
         )
-    copying = False
+    copied: list[str] = []  # the files this export copied into `final_dir` (object store)
+
+    def copy_and_record(source: str, destination: str) -> None:
+        copy_file(source, destination)  # never over an existing file
+        copied.append(destination)
+
     try:
         archive = keras.export.ExportArchive()
         for resource in track:
@@ -262,19 +263,35 @@ def publish_saved_model(
             check_serving_ops(
                 tmp_dir, allowed=None if allowed_ops is None else frozenset(allowed_ops)
             )
+        # Checked again: another export of the same model may have published this version
+        # while this one was written and checked.
+        _check_new_version(version, final_dir, model_dir)
         if object_store:
-            copying = True
-            storage.copy_tree(tmp_dir, final_dir, last=SAVED_MODEL_GRAPH_FILES, copy=copy_file)
+            storage.copy_tree(
+                tmp_dir, final_dir, last=SAVED_MODEL_GRAPH_FILES, copy=copy_and_record
+            )
         else:
             os.rename(tmp_dir, final_dir)  # atomic on one file system
     except BaseException:
-        if copying:
-            storage.rmtree(final_dir)
+        # Only what this export copied: the version folder may be another export's.
+        for path in reversed(copied):
+            storage.remove(path)
+        if object_store:
+            storage.remove_if_no_files(final_dir)  # no numbered folder left behind
         raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)  # always a local folder
     logger.info("Exported version %d of %r to %s", version, model_name, final_dir)
     return final_dir
+
+
+def _check_new_version(version: int, final_dir: str, model_dir: str) -> None:
+    if storage.exists(final_dir):
+        raise ValueError(
+            f"Received version={version}, but {final_dir!r} already exists; expected a new "
+            f"version (the next free one is {next_version(model_dir)}). Exports are never "
+            "overwritten."
+        )
 
 
 def _set_method_names(export_dir: str, method_names: Mapping[str, str]) -> None:

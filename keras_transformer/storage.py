@@ -128,6 +128,22 @@ def rmtree(path: str) -> None:
             raise
 
 
+def remove_if_no_files(root: str) -> None:
+    """Deletes the folder `root` with its subfolders when no file is left anywhere in it
+    (nothing when it does not exist, or holds a file).
+
+    `ram://` lists a folder `a`'s name-prefix siblings among its children (`a.b/c` as the
+    file `.b` of `a`: see `rmtree`), so a file counts only where its path exists.
+    """
+    if not isdir(root):
+        return
+    with _as_os_errors(root):
+        for folder, _, names in _gfile().walk(root):
+            if any(exists(f"{folder.rstrip('/')}/{name}") for name in names):
+                return
+    rmtree(root)
+
+
 def parent(path: str) -> str:
     """The folder of `path` (`"."` for a bare local file name)."""
     return os.path.dirname(path) or "."

@@ -149,6 +149,41 @@ def test_a_copy_failing_midway_leaves_no_version_and_no_graph():
     assert next_version(f"{base}/toy") == 1
 
 
+def test_a_copy_that_meets_another_exports_version_removes_only_its_own_files():
+    """Two exports of one model to a bucket, both with the next free version: the second
+    publishes while the first is copying; the first then fails (a file is there) and must
+    leave the second's version whole."""
+    base = _ram("exports")
+    layer, fn = _endpoint()
+    version_dir = f"{base}/toy/1"
+    theirs = {"saved_model.pb": "their graph", "variables/variables.index": "their index"}
+    ours = []
+
+    def copy_racing_another_export(source, destination):
+        if not ours:  # the other export publishes version 1 now
+            for name, text in theirs.items():
+                storage.write_text(f"{version_dir}/{name}", text)
+        storage.copy_file(source, destination)  # ours, unless the file is theirs
+        ours.append(destination)
+
+    with pytest.raises(OSError):
+        publish_saved_model(
+            base,
+            "toy",
+            None,
+            track=[layer],
+            endpoints={"serving_default": fn},
+            info={},
+            copy_file=copy_racing_another_export,
+        )
+    assert ours  # it copied some files of its own before it met theirs
+    assert {name: storage.read_text(f"{version_dir}/{name}") for name in theirs} == theirs
+    left = storage.glob(f"{version_dir}/*") + storage.glob(f"{version_dir}/*/*")
+    assert sorted(p for p in left if not storage.isdir(p)) == sorted(
+        f"{version_dir}/{name}" for name in theirs
+    )
+
+
 def _has_graph(version_dir):
     return any(
         storage.exists(f"{version_dir}/{n}") for n in ("saved_model.pb", "saved_model.pbtxt")
