@@ -118,7 +118,7 @@ def export_predictor(
         endpoints=task.serving_endpoints(predictor),
         method_names=task.signature_methods(),
         # The weight type (`keras_transformer.quantization`; null: as trained).
-        info={**task.export_info(predictor), "quantize": predictor.quantize},
+        info={"task": task.name, **task.export_info(predictor), "quantize": predictor.quantize},
         check_ops=check_ops,
         allowed_ops=allowed_ops,
     )

@@ -76,7 +76,28 @@ def test_export_layout_versions_and_info(exported, translator):
         info = json.load(f)
     assert info["decoding"]["beam_size"] == 2 and info["signatures"] == list(SIGNATURES)
     assert info["decoding"]["max_length"] == 10 and info["source_eos"] is True
+    assert info["task"] == "translation"
     assert next_version(os.path.join(base, "transformer")) == 2
+
+
+def test_export_info_records_the_search_as_it_runs(translator):
+    from keras_transformer.tasks import task_class
+
+    sampler = Translator(
+        translator.model,
+        translator.source_tokenizer,
+        translator.target_tokenizer,
+        method="sample",
+        beam_size=4,  # unused by sampling: one hypothesis a sentence
+        temperature=0.5,
+        top_k=5,
+        seed=7,
+        jit_compile=False,
+    )
+    decoding = task_class("translation").export_info(sampler)["decoding"]
+    assert decoding["method"] == "sample" and decoding["beam_size"] == 1
+    assert (decoding["temperature"], decoding["top_k"], decoding["seed"]) == (0.5, 5, 7)
+    assert decoding["top_p"] is None
 
 
 def test_existing_version_and_failed_checks_leave_nothing_behind(translator, tmp_path):

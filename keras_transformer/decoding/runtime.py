@@ -191,6 +191,25 @@ class BatchDecoder:
         self._xla_failed = False
         self._calls = 0
 
+    def settings(self) -> dict[str, Any]:
+        """The search's settings as an export records them (`export_info.json`'s
+        `decoding`): `beam_size` as the search uses it (1 for greedy search and sampling,
+        whatever was asked), the sampling settings whatever the method."""
+        return {
+            "method": self.method,
+            "beam_size": self.num_hypotheses,
+            "length_penalty": self.length_penalty,
+            "max_length": self.max_length,
+            "max_length_a": self.max_length_a,
+            "max_length_b": self.max_length_b,
+            "min_length": self.min_length,
+            "no_repeat_ngram_size": self.no_repeat_ngram_size,
+            "temperature": self.temperature,
+            "top_k": self.top_k,
+            "top_p": self.top_p,
+            "seed": self.seed,
+        }
+
     @property
     def num_hypotheses(self) -> int:
         """K: hypotheses returned per sentence."""

@@ -348,7 +348,8 @@ class Task(abc.ABC):
     @classmethod
     @abc.abstractmethod
     def export_info(cls, predictor: Any) -> dict[str, Any]:
-        """What `export_info.json` records beyond the versions and signatures."""
+        """What `export_info.json` records beyond the task's name, the versions and the
+        signatures (`export.export_predictor` adds those)."""
 
     @classmethod
     def export_track(cls, predictor: Any) -> list[Any]:

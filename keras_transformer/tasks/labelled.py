@@ -78,7 +78,6 @@ class LabelledTask(Task, abc.ABC):
     @classmethod
     def export_info(cls, predictor: Any) -> dict[str, Any]:
         return {
-            "task": cls.name,
             "labels": list(predictor.labels),
             "model": model_info(predictor.model),
         }

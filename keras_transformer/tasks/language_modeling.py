@@ -122,20 +122,10 @@ class LanguageModelingTask(Task):
 
     @classmethod
     def export_info(cls, predictor: Any) -> dict[str, Any]:
-        decoder = predictor.decoder
         return {
-            "task": cls.name,
             "decoding": {
-                "method": decoder.method,
-                "beam_size": decoder.beam_size,
-                "length_penalty": decoder.length_penalty,
-                "max_length": decoder.max_length,
+                **predictor.decoder.settings(),
                 "max_new_tokens": predictor.max_new_tokens,
-                "no_repeat_ngram_size": decoder.no_repeat_ngram_size,
-                "temperature": decoder.temperature,
-                "top_k": decoder.top_k,
-                "top_p": decoder.top_p,
-                "seed": decoder.seed,
             },
             "model": model_info(predictor.model),
         }

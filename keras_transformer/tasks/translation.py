@@ -286,17 +286,8 @@ class TranslationTask(Task):
 
     @classmethod
     def export_info(cls, predictor: Any) -> dict[str, Any]:
-        decoder = predictor.decoder
         return {
-            "decoding": {
-                "method": predictor.method,
-                "beam_size": predictor.beam_size,
-                "length_penalty": predictor.length_penalty,
-                "max_length": decoder.max_length,
-                "max_length_a": decoder.max_length_a,
-                "max_length_b": decoder.max_length_b,
-                "no_repeat_ngram_size": decoder.no_repeat_ngram_size,
-            },
+            "decoding": predictor.decoder.settings(),
             "source_eos": predictor.source_eos,
             "model": predictor.model.transformer_config().to_dict(),
         }
