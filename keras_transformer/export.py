@@ -240,6 +240,7 @@ def publish_saved_model(
         staging = tmp_dir = os.path.join(
             model_dir, f"{_TMP_PREFIX}{version}-{uuid.uuid4().hex[:8]}"
         )
+    copying = False
     copied: list[str] = []  # the files this export copied into `final_dir` (object store)
 
     def copy_and_record(source: str, destination: str) -> None:
@@ -267,16 +268,16 @@ def publish_saved_model(
         # while this one was written and checked.
         _check_new_version(version, final_dir, model_dir)
         if object_store:
+            copying = True
             storage.copy_tree(
                 tmp_dir, final_dir, last=SAVED_MODEL_GRAPH_FILES, copy=copy_and_record
             )
         else:
             os.rename(tmp_dir, final_dir)  # atomic on one file system
     except BaseException:
-        # Only what this export copied: the version folder may be another export's.
-        for path in reversed(copied):
-            storage.remove(path)
-        if object_store:
+        if copying:  # only what this export copied: the folder may be another export's too
+            for path in reversed(copied):
+                storage.remove(path)
             storage.remove_if_no_files(final_dir)  # no numbered folder left behind
         raise
     finally:
