@@ -87,6 +87,22 @@ def test_shipped_config_answers_a_document_larger_than_the_execution_batch_whole
         assert body["error"].endswith("Task size 513 is larger than maximum input batch size 512")
 
 
+def test_a_request_of_no_rows_is_answered_as_without_batching(base):
+    # TF Serving batches a task of 0 rows like any other (its outputs split to 0 rows); the
+    # stand-in failed it with "cannot reshape array of size 0" (500) before it was queued.
+    empty = [{"inputs": []}, {"inputs": {"sentences": []}}]
+    with start_server(base, "toy", port=0, poll_interval=0) as plain:
+        expected = [predict(plain, body) for body in empty]
+    assert [status for status, _ in expected] == [200, 200], expected
+    with batching_server(base, BatchOptions(8, batch_timeout_micros=200_000)) as srv:
+        assert [predict(srv, body) for body in empty] == expected
+        # Batched with rows of other requests, it still gets none of theirs.
+        answers = concurrently(srv, [{"instances": ["a", "b"]}, empty[0], {"instances": ["c"]}])
+        assert answers[1] == expected[0]
+        translations = [[p["translations"] for p in a[1]["predictions"]] for a in answers[::2]]
+        assert translations == [["v1:A", "v1:B"], ["v1:C"]]
+
+
 def test_split_request_must_fit_the_queue(base):
     options = BatchOptions(
         64, enable_large_batch_splitting=True, max_execution_batch_size=4, max_enqueued_batches=2

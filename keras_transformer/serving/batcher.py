@@ -53,7 +53,8 @@ def row_lengths(arrays: Mapping[str, np.ndarray]) -> np.ndarray:
     first = next(iter(arrays.values()))
     lengths = np.zeros(first.shape[0], dtype=np.int64)
     for array in arrays.values():
-        rows = array.reshape(array.shape[0], -1)
+        # (rows, elements a row); -1 cannot be inferred for a request of 0 rows.
+        rows = array.reshape(array.shape[0], int(np.prod(array.shape[1:], dtype=np.int64)))
         if array.dtype == object:
             sizes = np.vectorize(len, otypes=[np.int64])(rows) if rows.size else rows
             longest = sizes.max(axis=1) if rows.shape[1] else np.zeros(len(rows), np.int64)
