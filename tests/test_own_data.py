@@ -360,6 +360,10 @@ def test_train_takes_a_dataset_and_returns_what_translates(corpus, tmp_path):
     # Its config names Multi30k, which it never saw: scored only on data given again.
     with pytest.raises(ValueError, match="trained on data given to `train`"):
         evaluate_run(result.run_dir, "test")
+    # A dataset named by an override is data given too, in each form load_config takes.
+    for overrides in ({"data.source": "multi30k"}, "data.source=multi30k"):
+        named = evaluate_run(result.run_dir, "test", overrides=overrides, max_examples=3)
+        assert named.num_sentences == 3
     scored = evaluate_run(result.run_dir, "test", data=held_out, beam_size=1)
     assert scored.num_sentences == len(sources) - 260
     assert 0.0 <= scored.scores["bleu"] <= 100.0

@@ -90,6 +90,16 @@ def load_config(
     return ExperimentConfig.from_dict(values)
 
 
+def override_keys(overrides: Overrides | None) -> list[str]:
+    """The dotted keys that `overrides` set, in any form `load_config` takes them.
+
+    Example:
+    >>> override_keys({"data.source": "multi30k"}) == override_keys("data.source=multi30k")
+    True
+    """
+    return [key for key, _ in _override_items(overrides, {})]
+
+
 def _override_items(
     overrides: Overrides | None, sections: Mapping[str, Any]
 ) -> list[tuple[str, Any]]:

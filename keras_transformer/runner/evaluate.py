@@ -7,16 +7,19 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from keras_transformer.evaluation import EvaluationResult
 from keras_transformer.run_dir import RunPaths
 from keras_transformer.validation import check_optional, check_positive_int
 
+if TYPE_CHECKING:
+    from keras_transformer.config.loading import Overrides
+
 logger = logging.getLogger(__name__)
 
 
-def run_config(run_dir: str, overrides: list[str] | None = None) -> Any:
+def run_config(run_dir: str, overrides: Overrides | None = None) -> Any:
     """The `ExperimentConfig` a run was trained with (`config.yaml`; the defaults, a
     translation run, without one), with `overrides` (`section.key=value`) applied: e.g.
     other data to evaluate on."""
@@ -39,7 +42,7 @@ def evaluate_run(
     source: str | None = None,
     data_dir: str | None = None,
     download: bool | None = None,
-    overrides: list[str] | None = None,
+    overrides: Overrides | None = None,
     max_examples: int | None = None,
     data: Any = None,
     **options: Any,
@@ -57,7 +60,8 @@ def evaluate_run(
         source: another dataset than the run's `data.source`.
         data_dir: the TFDS data folder (default: the run's).
         download: whether TFDS may download (default: the run's).
-        overrides: more `section.key=value` changes to the run's config (e.g.
+        overrides: more changes to the run's config, as `load_config` takes them
+            (`["section.key=value", ...]` or `{"section.key": value}`; e.g.
             `translation.local_dir=...`).
         max_examples: score only the first N examples.
         data: the examples to score instead of a split: a `tf.data.Dataset` of the task's
@@ -75,13 +79,14 @@ def evaluate_run(
     evaluate_run("runs/sentiment", "test").scores  # {"accuracy": 0.97, "loss": 0.09}
     ```
     """
+    from keras_transformer.config.loading import override_keys
     from keras_transformer.tasks import get_task
     from keras_transformer.training.tokenizer_files import trained_on_given_data
 
     check_optional(check_positive_int, "max_examples", max_examples)
     files_given = options.get("source_file") is not None
     other_data = data is not None or source is not None or files_given
-    other_data = other_data or any(o.startswith("data.source=") for o in overrides or ())
+    other_data = other_data or "data.source" in override_keys(overrides)
     if not other_data and trained_on_given_data(RunPaths(run_dir)):
         raise ValueError(
             f"Received no data to score the run {run_dir!r} on: it was trained on data given "
