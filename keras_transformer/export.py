@@ -24,6 +24,7 @@ Classify API) are rewritten after the save with TF's `MethodNameUpdater`.
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import os
@@ -141,7 +142,8 @@ def export_run(
         model_name: TF Serving's model name (default: the task's).
         version: a positive integer (default: the next free one).
         check_ops: refuse ops that TF Serving does not ship, and XLA.
-        **options: the predictor's arguments (`Translator`, `TextGenerator`: decoding).
+        **options: the predictor's arguments (`quantize` and `batch_size` for every task;
+            `Translator`, `TextGenerator`: decoding too).
 
     Returns:
         The path of the published version folder.
@@ -159,11 +161,17 @@ def export_run(
     task = task_class(run_task(run_dir))
     if task.decodes:
         options.setdefault("jit_compile", False)  # TF Serving does not compile XLA
-    elif options:
-        raise ValueError(
-            f"Received decoding options for a {task.name} run ({run_dir}), which does not "
-            f"decode. Received: {sorted(options)}"
-        )
+    else:
+        # Its predictor's own arguments (`batch_size`, `quantize`); no decoding options.
+        predictor = task.predictor_class
+        parameters = inspect.signature(predictor.__init__).parameters.values()
+        takes = sorted(p.name for p in parameters if p.default is not inspect.Parameter.empty)
+        refused = sorted(set(options) - set(takes))
+        if refused:
+            raise ValueError(
+                f"Received options that a {task.name} run's {predictor.__name__} does not "
+                f"take ({run_dir}; it does not decode): {refused}. Expected some of {takes}."
+            )
     predictor = task.load_predictor(run_dir, **options)
     return export_predictor(predictor, base_path, model_name, version, check_ops)
 

@@ -3,6 +3,9 @@ predict strings with the task's predictor, `export.export_run`, and the same ans
 the export served by the stand-in (started here) over REST and gRPC as from the predictor
 in this process."""
 
+import json
+import os
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -135,3 +138,18 @@ def test_each_task_predicts_strings_and_serves_the_same_answers(runs, served):
                         assert got.tolist() == want.tolist(), (task, name, key, url)
                     else:
                         np.testing.assert_allclose(answer[key], value, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_each_task_exports_with_its_predictors_own_arguments(runs, tmp_path):
+    """`quantize` and `batch_size` are every predictor's arguments, so every task's export
+    takes them (a classifier's and a tagger's were refused as decoding options); a search
+    option is refused for a task that does not decode, naming it."""
+    for task, run_dir in runs.items():
+        options = {**OPTIONS[task], "quantize": "bfloat16", "batch_size": 8}
+        path = export_run(run_dir, str(tmp_path), model_name=task, **options)
+        with open(os.path.join(path, "assets.extra", "export_info.json")) as f:
+            assert json.load(f)["quantize"] == "bfloat16", task
+        if not task_class(task).decodes:
+            with pytest.raises(ValueError, match=r"does not take .*\['beam_size'\]"):
+                export_run(run_dir, str(tmp_path), model_name=task, beam_size=4)
