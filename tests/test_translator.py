@@ -85,8 +85,9 @@ def test_translator_round_trip_with_a_copy_model(tokenizer):
     assert [t.decode("utf-8") for t in translations.numpy()] == expected
     np.testing.assert_allclose(scores, [h[0][1] for h in nbest], rtol=1e-5, atol=1e-5)
     assert translator.translate([]) == []
-    with pytest.raises(ValueError, match="not a single string"):
-        translator.translate("Ein Hund.")
+    for one in ("Ein Hund.", np.array("Ein Hund."), tf.constant("Ein Hund.")):
+        with pytest.raises(ValueError, match="not a single string"):
+            translator.translate(one)
     with pytest.raises(ValueError, match="expected at most 3"):
         translator.translate_nbest(GERMAN, n=4)
 

@@ -45,14 +45,15 @@ def as_texts(texts: Iterable[str], name: str = "texts") -> list[str]:
         The texts, in order.
 
     Raises:
-        ValueError: on a bare string (not a list of them) or an item that is no string.
+        ValueError: on a bare string (not a list of them; a 0-d array or tensor too) or an
+            item that is no string.
 
     Example:
 
     >>> as_texts([b"Ein Hund.", "Zwei."])
     ['Ein Hund.', 'Zwei.']
     """
-    if isinstance(texts, (str, bytes)):
+    if isinstance(texts, (str, bytes)) or getattr(texts, "ndim", None) == 0:  # np.array("x")
         raise ValueError(
             f"Received an invalid value for argument `{name}`, expected a list of strings, "
             f"not a single string. Received: {name}={texts!r:.80}"
