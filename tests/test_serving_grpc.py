@@ -217,6 +217,14 @@ def test_the_package_client_speaks_both(server):
         assert pair == [{"b64": base64.b64encode(b"x|y").decode()}]
         tokens = client.predict({"sentences": ["ab"]}, signature_name="tokenize", columnar=True)
         assert tokens == {"lengths": [2], "token_ids": [[97, 98]]}
+        # Python ints go as the signature's int32 (REST reads JSON numbers so), and an empty
+        # list as an empty tensor of its type: int64 and float64 before, refused over gRPC.
+        text = client.predict([[104, 105]], signature_name="detokenize")
+        assert text == [{"sentences": "hi", "widths": 2}]
+        assert client.predict({"sentences": []}, columnar=True) == {
+            "scores": [],
+            "translations": [],
+        }
         # By label, every version (TF Serving's GetModelStatus reads only the version).
         assert [v["version"] for v in client.status()["model_version_status"]] == ["2", "1"]
         assert client.metadata()["model_spec"]["version"] == "1"

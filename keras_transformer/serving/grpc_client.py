@@ -73,6 +73,26 @@ def _column(values: Any) -> np.ndarray:
     return array
 
 
+def _typed_proto(array: np.ndarray, dtype: Any) -> Any:
+    """``array`` as a TensorProto of the signature input's ``dtype`` (a ``tf.DType``), as the
+    REST server reads JSON values by the signature: numbers as a floating input's type,
+    integers as an integer input's where they fit, an empty list as an empty tensor of it;
+    anything else as it is, for the server to refuse."""
+    import tensorflow as tf
+
+    if dtype is None or array.dtype == object:
+        return tf.make_tensor_proto(array)
+    if array.size == 0:
+        return tf.make_tensor_proto(np.zeros(array.shape, dtype.as_numpy_dtype), dtype=dtype)
+    if dtype.is_floating and array.dtype.kind in "iuf":
+        return tf.make_tensor_proto(array.astype(dtype.as_numpy_dtype), dtype=dtype)
+    if dtype.is_integer and array.dtype.kind in "iu":
+        info = np.iinfo(dtype.as_numpy_dtype)
+        if info.min <= array.min() and array.max() <= info.max:
+            return tf.make_tensor_proto(array.astype(dtype.as_numpy_dtype), dtype=dtype)
+    return tf.make_tensor_proto(array)
+
+
 def _has_bytes(value: Any) -> bool:
     if isinstance(value, bytes):
         return True
@@ -117,7 +137,7 @@ class GrpcTransport:
         )
         self._predict = prediction_service_pb2_grpc.PredictionServiceStub(self._channel)
         self._models = model_service_pb2_grpc.ModelServiceStub(self._channel)
-        self._inputs: dict[str, list[str]] = {}
+        self._inputs: dict[str, dict[str, Any]] = {}
 
     def _spec(self, spec: Any, signature_name: str = "") -> None:
         spec.name = self.model_name
@@ -136,15 +156,22 @@ class GrpcTransport:
             code = code if code in HTTP_STATUS_FOR_CODE else "UNKNOWN"
             raise ServingStatusError(code, e.details() or str(e)) from None
 
-    def _input_names(self, signature_name: str) -> list[str]:
+    def _input_types(self, signature_name: str) -> dict[str, Any]:
+        """The signature's inputs by alias, each with its ``tf.DType``."""
+        import tensorflow as tf
+
         if signature_name not in self._inputs:
             signatures = self.signature_defs()
             if signature_name not in signatures:
                 raise ServingStatusError(
                     "FAILED_PRECONDITION", f'Serving signature key "{signature_name}" not found.'
                 )
-            self._inputs[signature_name] = sorted(signatures[signature_name].inputs)
+            inputs = signatures[signature_name].inputs
+            self._inputs[signature_name] = {k: tf.as_dtype(inputs[k].dtype) for k in sorted(inputs)}
         return self._inputs[signature_name]
+
+    def _input_names(self, signature_name: str) -> list[str]:
+        return list(self._input_types(signature_name))
 
     def _arrays(self, instances: Any, signature_name: str, columnar: bool) -> dict[str, Any]:
         if columnar and isinstance(instances, Mapping) and set(instances) != {"b64"}:
@@ -158,13 +185,12 @@ class GrpcTransport:
 
     def predict(self, instances: Any, signature_name: str | None, columnar: bool) -> Any:
         """``Predict``; the ``predictions`` (row) or ``outputs`` (columnar) value."""
-        import tensorflow as tf
-
         signature_name = signature_name or DEFAULT_SIGNATURE
         request = predict_pb2.PredictRequest()
         self._spec(request.model_spec, signature_name)
+        types = self._input_types(signature_name)
         for name, array in self._arrays(instances, signature_name, columnar).items():
-            request.inputs[name].CopyFrom(tf.make_tensor_proto(array))
+            request.inputs[name].CopyFrom(_typed_proto(array, types.get(name)))
         response = self._call(self._predict.Predict, request)
         outputs = {k: tensor_proto_to_array(k, v) for k, v in response.outputs.items()}
         body = make_predict_response(outputs, row_format=not columnar)
