@@ -279,6 +279,25 @@ def test_a_tokenizer_that_pads_with_another_id_is_refused(tokenizer):
         TextGenerator(model, tokenizer)
 
 
+def test_a_generator_keeps_the_last_pieces_its_max_length_has_room_for(tokenizer):
+    """A prompt longer than the search's `max_length` (shorter than the model's) keeps its
+    last `max_length - 1` pieces and gets its new token, in Python and in the graph that an
+    export serves (the model's limit cut it: Python gave "", the graph failed in Substr)."""
+    from keras_transformer import TransformerDecoderModel
+    from keras_transformer.predictors import TextGenerator
+
+    model = TransformerDecoderModel.from_preset("tiny", vocabulary_size=tokenizer.vocab_size)
+    model.build((None, None))
+    prompt = "Ein Mann in einem blauen Hemd steht auf einer Leiter und putzt ein Fenster ."
+    assert len(tokenizer.tokenize(prompt)) > 8 and model.max_length > 8
+    options = {"method": "greedy", "max_length": 8, "min_length": 8, "jit_compile": False}
+    generator = TextGenerator(model, tokenizer, max_new_tokens=3, **options)
+    continuation = generator.generate([prompt])
+    assert continuation[0] != ""  # min_length 8: the 8th token is a new one, not EOS
+    graph = generator.generate_strings(tf.constant([prompt]))
+    assert [c.decode("utf-8") for c in graph["continuations"].numpy()] == continuation
+
+
 def test_batches_go_longest_first_and_results_come_back_in_order(tokenizer, monkeypatch):
     from keras_transformer.decoding import BatchDecoder
 

@@ -251,7 +251,9 @@ def blank_texts(texts: Any) -> tf.Tensor:
 def prompt_ids(tokenizer: Any, texts: Any, max_length: int) -> tf.RaggedTensor:
     """Each prompt's ids, its last `max_length - 1` (room for the BOS the decoder puts
     first, as a training window starts): int32 (N, None) ragged."""
-    return token_ids(tokenizer, texts)[:, -(int(max_length) - 1) :]
+    ids = token_ids(tokenizer, texts)
+    keep = int(max_length) - 1
+    return ids[:, -keep:] if keep > 0 else ids[:, :0]  # (N, None)
 
 
 def encode_in_blocks(

@@ -90,8 +90,9 @@ class TextGenerator(DecodingPredictor):
         return cls(model, tokenizer, **kwargs)
 
     def _prompt_ids(self, strings: tf.Tensor) -> tf.RaggedTensor:
-        """Each prompt's last `max_length - 1` ids (`data.encoding.prompt_ids`)."""
-        return encoding.prompt_ids(self.tokenizer, strings, int(self.model.max_length))
+        """Each prompt's last `max_length - 1` ids (`data.encoding.prompt_ids`), of the
+        search's `max_length` (at most the model's): the search cuts what is longer."""
+        return encoding.prompt_ids(self.tokenizer, strings, self.decoder.max_length)
 
     def generate_strings_nbest(self, strings: tf.Tensor) -> dict[str, tf.Tensor]:
         """Continues a `tf.string` tensor (N,) of prompts with TensorFlow ops only.
