@@ -205,6 +205,18 @@ def test_an_option_the_run_does_not_take_is_refused(tmp_path, capsys, command, t
     ]
 
 
+@pytest.mark.parametrize(
+    "command, task", [("translate", "translation"), ("generate", "language_modeling")]
+)
+def test_nbest_below_one_is_refused_before_the_model_loads(tmp_path, capsys, command, task):
+    # It printed the plain line (--nbest 0 read as no --nbest) with rc 0.
+    assert main([command, _run_dir(tmp_path, task), "x", "--nbest", "0"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"keras-transformer {command}: error: Received an invalid value for --nbest, expected "
+        "a positive integer. Received: --nbest=0"
+    ]
+
+
 def test_predictors_decode_with_their_own_defaults():
     model = SimpleNamespace(pad_id=0, max_length=32)
     tokenizer = SimpleNamespace(pad_id=0, bos_id=2, eos_id=3)

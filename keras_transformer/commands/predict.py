@@ -81,6 +81,11 @@ def run(args: argparse.Namespace, expected_task: str | None = None) -> int:
         raise ValueError(
             f"Received --nbest for a {task.name} run ({args.run_dir}), which does not decode."
         )
+    if args.nbest is not None and args.nbest < 1:
+        raise ValueError(
+            "Received an invalid value for --nbest, expected a positive integer. "
+            f"Received: --nbest={args.nbest}"
+        )
     options = predictor_options(args, task)
     texts = list(args.texts) if args.texts else read_lines(args.input)
     predictor = task.load_predictor(args.run_dir, **options)

@@ -141,8 +141,9 @@ class LanguageModelingTask(Task):
     ) -> Iterator[str]:
         """Each prompt with its continuation, a line; with `nbest`,
         `index<TAB>score<TAB>text` lines."""
-        results = predictor.generate_nbest(texts, n=nbest or 1, progress=progress)
+        n = 1 if nbest is None else nbest
+        results = predictor.generate_nbest(texts, n=n, progress=progress)
         for index, (prompt, hypotheses) in enumerate(zip(texts, results)):
             for text, score in hypotheses:
                 line = prompt + text
-                yield f"{index}\t{score:.4f}\t{line}" if nbest else line
+                yield line if nbest is None else f"{index}\t{score:.4f}\t{line}"

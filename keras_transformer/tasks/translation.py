@@ -302,7 +302,7 @@ class TranslationTask(Task):
         progress: bool = False,
     ) -> Iterator[str]:
         """A translation a line; with `nbest`, `index<TAB>score<TAB>translation` lines."""
-        if nbest:
+        if nbest is not None:
             results = predictor.translate_nbest(texts, n=nbest, progress=progress)
             for index, hypotheses in enumerate(results):
                 for text, score in hypotheses:
