@@ -1,6 +1,6 @@
 """`keras-transformer train` end to end on Multi30k (tiny overrides)."""
 
-import logging
+import argparse
 import os
 import shutil
 
@@ -95,11 +95,28 @@ def test_cli_train_writes_a_complete_run_directory(tmp_path, multi30k_dir, capsy
     assert os.path.isfile(paths.model)
 
 
-def test_cli_train_rejects_bad_config_values(tmp_path, caplog):
-    with caplog.at_level(logging.ERROR):
-        code = main(["train", "--config", "multi30k_de_en", "--set", "training.epochs=0"])
-    assert code == 2
-    assert "Received an invalid value for `training.epochs`" in caplog.text
-    with caplog.at_level(logging.ERROR):
-        code = main(["train", "--config", str(tmp_path / "missing.yaml")])
-    assert code == 2 and "No config file" in caplog.text
+def test_cli_train_rejects_bad_config_values(tmp_path, capsys):
+    # One line on stderr, at every --log-level (it was a log record, silent at CRITICAL).
+    for level in ("INFO", "CRITICAL"):
+        args = ["--log-level", level, "train", "--config", "multi30k_de_en"]
+        assert main([*args, "--set", "training.epochs=0"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("keras-transformer train: error: Received an invalid value for ")
+        assert "`training.epochs`" in err
+    assert main(["train", "--config", str(tmp_path / "missing.yaml")]) == 2
+    assert "No config file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["exp #2", "2024-05-01", "yes", "runs/a: b"])
+def test_cli_train_takes_the_run_dir_as_written(tmp_path, name):
+    """--run-dir is a path, not a YAML value: a '#' is no comment, a date no date."""
+    from keras_transformer.commands.train import experiment_config
+
+    run_dir = str(tmp_path / name)
+    args = argparse.Namespace(config="multi30k_de_en", overrides=[], run_dir=run_dir)
+    assert experiment_config(args).training.run_dir == run_dir
+
+
+def test_cli_train_refuses_a_blank_run_dir(capsys):
+    assert main(["train", "--config", "multi30k_de_en", "--run-dir", " "]) == 2
+    assert "expected a folder path. Received: --run-dir=' '" in capsys.readouterr().err

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -35,17 +36,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def run(args: argparse.Namespace) -> int:
+def experiment_config(args: argparse.Namespace) -> Any:
+    """The `ExperimentConfig` of `--config`, `--set` and `--run-dir`.
+
+    The run directory is a path, set as written: a `--set` value would be read as YAML
+    (`runs/exp #2` cut at the comment, `2024-05-01` a date).
+    """
     from keras_transformer.config import load_config
 
-    overrides = list(args.overrides)
-    if args.run_dir:
-        overrides.append(f"training.run_dir={args.run_dir}")
-    try:
-        config = load_config(args.config, overrides)
-    except (ValueError, FileNotFoundError) as e:
-        logger.error("%s", e)
-        return 2
+    sections = {}
+    if args.run_dir is not None:
+        if not args.run_dir.strip():
+            raise ValueError(
+                "Received an invalid value for --run-dir, expected a folder path. "
+                f"Received: --run-dir={args.run_dir!r}"
+            )
+        sections["training"] = {"run_dir": args.run_dir}
+    return load_config(args.config, args.overrides, **sections)
+
+
+def run(args: argparse.Namespace) -> int:
+    # A config error goes to `cli.main` like every command's: one line on stderr, status 2.
+    config = experiment_config(args)
 
     from keras_transformer.runner import train
 
