@@ -11,6 +11,8 @@ PAD_ID = 0
 UNK_ID = 1
 BOS_ID = 2
 EOS_ID = 3
+# A vocabulary holds the four special pieces and at least one piece of text.
+MIN_VOCAB_SIZE = 5
 # Tagging labels (`data.encoding`): tag k of a dataset is label id k + 1, and id 0 marks
 # what has no tag (the pieces after a word's first one, and padding), as PAD_ID does.
 NO_TAG_ID = 0

@@ -12,6 +12,7 @@ architecture config and the experiment config all apply.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -24,7 +25,8 @@ def _invalid(name: str, expected: str, value: Any) -> ValueError:
 
 
 def _is_number(value: Any) -> bool:
-    return not isinstance(value, bool) and isinstance(value, (int, float))
+    """A finite int or float (not a bool; inf and nan are no values of a setting)."""
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
 
 
 def check_int(name: str, value: Any) -> int:
@@ -133,6 +135,32 @@ def check_tokenizer_pad_id(tokenizer: Any, model: Any) -> None:
 
 
 # The rule of each architecture argument, wherever it is given (layer, model or config).
+def check_vocab_size(name: str, value: Any) -> int:
+    """Returns `value` if it is an integer of at least `MIN_VOCAB_SIZE` (the special pieces
+    and one more), else raises `ValueError`."""
+    from keras_transformer.constants import MIN_VOCAB_SIZE
+
+    if isinstance(value, bool) or not isinstance(value, int) or value < MIN_VOCAB_SIZE:
+        raise _invalid(
+            name, f"an integer of at least {MIN_VOCAB_SIZE} (4 special pieces and text)", value
+        )
+    return value
+
+
+def check_activation(name: str, value: Any) -> Any:
+    """Returns `value` if Keras knows it as an activation (`keras.activations.get`: a name
+    such as "relu" or "gelu", or a callable), else raises `ValueError`."""
+    import keras
+
+    try:
+        keras.activations.get(value)
+    except (ValueError, TypeError):
+        raise _invalid(
+            name, 'an activation name Keras knows, such as "relu" or "gelu"', value
+        ) from None
+    return value
+
+
 _ARCHITECTURE_RULES: dict[str, Callable[[str, Any], Any]] = {
     "source_vocab_size": check_positive_int,
     "target_vocab_size": check_positive_int,
@@ -149,6 +177,7 @@ _ARCHITECTURE_RULES: dict[str, Callable[[str, Any], Any]] = {
     "max_length": check_positive_int,
     "layer_norm_epsilon": check_positive_float,
     "pad_id": check_non_negative_int,
+    "activation": check_activation,
 }
 
 
@@ -206,7 +235,7 @@ def check_architecture(prefix: str = "", **values: Any) -> dict[str, Any]:
         prefix: put before each name in errors (`"model."` for the experiment config).
         **values: architecture arguments: vocabulary sizes, layer counts, `d_model`,
             `num_heads`, `d_ff`, dropout rates, `max_length`, `layer_norm_epsilon`,
-            `pad_id`. Others (`activation`, `norm_first`, ...) are returned unchecked.
+            `pad_id`, `activation`. Others (`norm_first`, ...) are returned unchecked.
 
     Returns:
         The values, rates as floats.

@@ -194,8 +194,10 @@ def test_train_argument_errors():
         train_sentencepiece(texts, vocab_size=5000)
     with pytest.raises(ValueError, match="vocab_size.*smaller than required"):
         train_sentencepiece(texts, vocab_size=100)
-    with pytest.raises(ValueError, match="expected a positive integer. Received: vocab_size=0"):
-        train_sentencepiece(texts, vocab_size=0)
+    # Below the 4 special pieces and one more (2 crashed SentencePiece with a RuntimeError).
+    for size in (0, 2, 4):
+        with pytest.raises(ValueError, match=f"at least 5 .*Received: vocab_size={size}"):
+            train_sentencepiece(texts, vocab_size=size)
     with pytest.raises(ValueError, match="model_type"):
         train_sentencepiece(texts, vocab_size=300, model_type="word2vec")
     with pytest.raises(ValueError, match="normalization"):

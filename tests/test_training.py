@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 
 import keras
 import numpy as np
@@ -288,11 +289,32 @@ def test_load_config_packaged_and_overrides(tmp_path):
         ("training.epochs", r"expected `section.key=value`"),
         ("training.epochs.x=1", r"'epochs' is not a section"),
         ("model=3", r"`model`, expected a mapping"),
+        # Checked here, before a run directory is written (they failed in the model or in
+        # SentencePiece after it), and inf is no setting (it trained to nan).
+        ("model.activation=foo", r"`model.activation`, expected an activation name"),
+        ("data.vocab_size=2", r"`data.vocab_size`, expected an integer of at least 5"),
+        ("training.learning_rate_scale=.inf", r"`training.learning_rate_scale`, expected a pos"),
+        ("model.layer_norm_epsilon=.inf", r"`model.layer_norm_epsilon`, expected a positive"),
     ],
 )
 def test_bad_config_values_raise_clear_errors(override, message):
     with pytest.raises(ValueError, match=message):
         load_config("multi30k_de_en", [override])
+
+
+def test_a_section_given_whole_sets_only_its_keys(tmp_path):
+    """A mapping value in any override form sets its keys one by one: the rest of the
+    section stays the config's (it replaced the section: imdb's data.source became the
+    default multi30k). A section whose keys are all commented out reads as empty."""
+    for overrides in ({"data": {"batch_size": 8}}, ["data={batch_size: 8}"]):
+        data = load_config("imdb_reviews", overrides).data
+        assert (data.source, data.batch_size, data.tokens_per_batch) == ("imdb_reviews", 8, None)
+    path = tmp_path / "c.yaml"
+    path.write_text("training:\n  # epochs: 3\nmodel:\n", encoding="utf-8")
+    assert load_config(str(path)).training == load_config(None).training
+    path.write_bytes(b"training:\n  run_dir: caf\xe9\n")  # Latin-1
+    with pytest.raises(ValueError, match=f"config file {re.escape(str(path))} as UTF-8"):
+        load_config(str(path))
 
 
 def test_an_override_of_one_batch_size_replaces_the_other():

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -15,6 +16,9 @@ from keras_transformer.config.sections import BATCH_SIZE_ALTERNATIVES
 CONFIGS_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "configs")
 
 Overrides = Sequence[str] | Mapping[str, Any]
+
+# The sections an experiment config file holds (the shared ones and the tasks').
+_SECTIONS = frozenset(f.name for f in dataclasses.fields(ExperimentConfig)) - {"task"}
 
 
 def packaged_configs() -> list[str]:
@@ -68,6 +72,8 @@ def load_config(
             loaded = yaml.safe_load(storage.read_text(resolved))
         except yaml.YAMLError as e:
             raise ValueError(f"Could not parse the config file {resolved}: {e}") from e
+        except UnicodeDecodeError as e:
+            raise ValueError(f"Could not read the config file {resolved} as UTF-8: {e}") from e
         if loaded is None:
             loaded = {}
         if not isinstance(loaded, dict):
@@ -75,7 +81,9 @@ def load_config(
                 f"Received an invalid config file {resolved}, expected a mapping of the "
                 f"sections 'model', 'data', 'training'. Received: {type(loaded).__name__}"
             )
-        values = upgrade_layout(loaded)
+        # A section whose keys are all commented out (`training:`) reads as null: empty.
+        values = {k: {} if v is None and k in _SECTIONS else v for k, v in loaded.items()}
+        values = upgrade_layout(values)
     for key, value in _override_items(overrides, sections):
         parts = key.split(".")
         if tuple(parts) in OLD_TRANSLATION_KEYS:
@@ -125,11 +133,10 @@ def _override_items(
             except yaml.YAMLError:
                 value = raw
             items.append((key.strip(), value))
-    for name, value in sections.items():
-        if isinstance(value, Mapping):
-            items += [(f"{name}.{key}", inner) for key, inner in value.items()]
-        else:
-            items.append((name, value))
+    items += list(sections.items())
+    # A mapping value sets its keys one by one (`{"data": {"batch_size": 8}}` is
+    # `data.batch_size=8`): the rest of its section stays as it was.
+    items = [pair for key, value in items for pair in _flatten(str(key).strip(), value)]
     for key, _ in items:
         if not key or "" in key.split("."):
             raise ValueError(
@@ -137,6 +144,13 @@ def _override_items(
                 f"`training.epochs`. Received: {key!r}"
             )
     return items
+
+
+def _flatten(key: str, value: Any) -> list[tuple[str, Any]]:
+    """`(dotted key, value)` pairs of a value, a mapping's leaves one by one."""
+    if not isinstance(value, Mapping) or not value:
+        return [(key, value)]
+    return [pair for inner, v in value.items() for pair in _flatten(f"{key}.{inner}", v)]
 
 
 def save_config(config: ExperimentConfig, path: str) -> None:

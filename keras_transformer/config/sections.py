@@ -28,6 +28,7 @@ from keras_transformer.validation import (
     check_probability,
     check_rate,
     check_rdrop,
+    check_vocab_size,
 )
 
 # `model` options that change how a model trains, not what it computes.
@@ -250,7 +251,8 @@ def validate_model(m: ModelConfig) -> None:
 
 def validate_data(d: DataConfig) -> None:
     """Checks the `data` section; raises `ValueError` naming the key."""
-    for key in ("vocab_size", "shuffle_buffer_size", "tokenizer_max_sentences", "bucket_step"):
+    check_vocab_size("data.vocab_size", d.vocab_size)
+    for key in ("shuffle_buffer_size", "tokenizer_max_sentences", "bucket_step"):
         check_positive_int(f"data.{key}", getattr(d, key))
     for key in (
         "max_train_examples",

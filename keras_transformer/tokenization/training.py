@@ -34,7 +34,12 @@ from keras_transformer.constants import (
     UNK_ID,
 )
 from keras_transformer.tokenization.tokenizer import SubwordTokenizer
-from keras_transformer.validation import check_one_of, check_positive_int, check_probability
+from keras_transformer.validation import (
+    check_one_of,
+    check_positive_int,
+    check_probability,
+    check_vocab_size,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +92,7 @@ def train_sentencepiece(
                                     vocab_size=300)
     ```
     """
-    check_positive_int("vocab_size", vocab_size)
+    check_vocab_size("vocab_size", vocab_size)
     check_positive_int("max_sentences", max_sentences)
     check_one_of("model_type", model_type, TOKENIZER_MODEL_TYPES)
     check_one_of("normalization", normalization, NORMALIZATIONS)
