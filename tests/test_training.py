@@ -312,6 +312,10 @@ def test_a_section_given_whole_sets_only_its_keys(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("training:\n  # epochs: 3\nmodel:\n", encoding="utf-8")
     assert load_config(str(path)).training == load_config(None).training
+    # A key given twice is refused (a second `training:` block replaced the first).
+    path.write_text("training:\n  epochs: 2\nmodel:\n  d_model: 64\ntraining:\n  seed: 1\n")
+    with pytest.raises(ValueError, match=r"found the key 'training' twice\n.*line 5"):
+        load_config(str(path))
     path.write_bytes(b"training:\n  run_dir: caf\xe9\n")  # Latin-1
     with pytest.raises(ValueError, match=f"config file {re.escape(str(path))} as UTF-8"):
         load_config(str(path))

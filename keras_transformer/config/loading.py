@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -69,7 +70,7 @@ def load_config(
     if path is not None:
         resolved = _resolve_config_path(path)
         try:
-            loaded = yaml.safe_load(storage.read_text(resolved))
+            loaded = yaml.load(storage.read_text(resolved), Loader=_unique_key_loader())
         except yaml.YAMLError as e:
             raise ValueError(f"Could not parse the config file {resolved}: {e}") from e
         except UnicodeDecodeError as e:
@@ -144,6 +145,30 @@ def _override_items(
                 f"`training.epochs`. Received: {key!r}"
             )
     return items
+
+
+@functools.cache
+def _unique_key_loader() -> type:
+    """PyYAML's safe loader, refusing a key given twice in one mapping (a second
+    `training:` block silently replaced the first)."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> dict:
+            seen = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        "while constructing a mapping",
+                        node.start_mark,
+                        f"found the key {key!r} twice",
+                        key_node.start_mark,
+                    )
+                seen.add(key)
+            return super().construct_mapping(node, deep)
+
+    return UniqueKeyLoader
 
 
 def _flatten(key: str, value: Any) -> list[tuple[str, Any]]:
