@@ -3,6 +3,7 @@ saved_model_cli, the op allow-list, and the stand-in answering the real export o
 gRPC."""
 
 import base64
+import inspect
 import json
 import os
 import subprocess
@@ -98,6 +99,11 @@ def test_export_info_records_the_search_as_it_runs(translator):
     assert decoding["method"] == "sample" and decoding["beam_size"] == 1
     assert (decoding["temperature"], decoding["top_k"], decoding["seed"]) == (0.5, 5, 7)
     assert decoding["top_p"] is None
+    # Every argument that changes what the search finds is recorded (early_stopping was not).
+    from keras_transformer.decoding.runtime import SETTINGS_NOT_RECORDED, BatchDecoder
+
+    arguments = set(inspect.signature(BatchDecoder.__init__).parameters) - {"self"}
+    assert set(decoding) == arguments - SETTINGS_NOT_RECORDED
 
 
 def test_existing_version_and_failed_checks_leave_nothing_behind(translator, tmp_path):

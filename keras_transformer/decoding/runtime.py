@@ -86,6 +86,11 @@ def _power_of_two_at_least(value: int) -> int:
     return 1 << max(0, math.ceil(math.log2(max(value, 1))))
 
 
+# BatchDecoder's arguments that `settings()` leaves out: how the search runs (compiled or
+# not, padded to which lengths), not what it finds; the special ids are the vocabulary's.
+SETTINGS_NOT_RECORDED = frozenset({"model", "jit_compile", "length_buckets", "bos_id", "eos_id"})
+
+
 class BatchDecoder:
     """Decodes padded batches of source ids with compiled, shape-bucketed search loops.
 
@@ -194,11 +199,13 @@ class BatchDecoder:
     def settings(self) -> dict[str, Any]:
         """The search's settings as an export records them (`export_info.json`'s
         `decoding`): `beam_size` as the search uses it (1 for greedy search and sampling,
-        whatever was asked), the sampling settings whatever the method."""
+        whatever was asked), the sampling settings whatever the method: every argument
+        that changes what the search finds (`SETTINGS_NOT_RECORDED` say how it runs)."""
         return {
             "method": self.method,
             "beam_size": self.num_hypotheses,
             "length_penalty": self.length_penalty,
+            "early_stopping": self.early_stopping,
             "max_length": self.max_length,
             "max_length_a": self.max_length_a,
             "max_length_b": self.max_length_b,
