@@ -296,6 +296,12 @@ def test_a_generator_keeps_the_last_pieces_its_max_length_has_room_for(tokenizer
     assert continuation[0] != ""  # min_length 8: the 8th token is a new one, not EOS
     graph = generator.generate_strings(tf.constant([prompt]))
     assert [c.decode("utf-8") for c in graph["continuations"].numpy()] == continuation
+    # `texts` is the prompt as given and its continuation, as `predict` writes them (it was
+    # the detokenized pieces: the cut prompt, its spaces and newlines normalized).
+    for given in (prompt, " Zwei Hunde\nim  Schnee"):
+        graph = generator.generate_strings(tf.constant([given]))
+        expected = given + generator.generate([given])[0]
+        assert graph["texts"].numpy()[0].decode("utf-8") == expected
 
 
 def test_batches_go_longest_first_and_results_come_back_in_order(tokenizer, monkeypatch):

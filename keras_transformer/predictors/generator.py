@@ -103,8 +103,8 @@ class TextGenerator(DecodingPredictor):
         Returns:
             `{"continuations": tf.string (N, K), "texts": tf.string (N, K), "scores":
             float32 (N, K)}`: the text after the prompt (with its leading space when it
-            starts a new word), the prompt and continuation together, and the
-            continuation's log-probability (length-penalized).
+            starts a new word), the prompt as given and the continuation together, and
+            the continuation's log-probability (length-penalized).
         """
         strings = tf.convert_to_tensor(strings, tf.string)
         ragged = self._prompt_ids(strings)  # (N, None)
@@ -114,6 +114,9 @@ class TextGenerator(DecodingPredictor):
         prompts = tf.repeat(self.tokenizer.detokenize(ragged), shape[1])  # (N*K,)
         start = tf.strings.length(prompts)
         continuations = tf.strings.substr(texts, start, tf.strings.length(texts) - start)
+        # The prompt as given (not as detokenized: its spaces, newlines and the pieces cut
+        # before the last `max_length - 1`), as `predict` writes it.
+        texts = tf.strings.join([tf.repeat(strings, shape[1]), continuations])  # (N*K,)
         return {
             "continuations": tf.reshape(continuations, shape[:2]),
             "texts": tf.reshape(texts, shape[:2]),
