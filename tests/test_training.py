@@ -347,6 +347,10 @@ def test_strategy_and_jit_resolution():
         make_strategy("default", devices=["/cpu:0"])
     strategy = make_strategy("mirrored", devices=["/cpu:0", "/cpu:1"])
     assert strategy.num_replicas_in_sync == 2
+    # A device this process does not have is refused (training over it hung in its first
+    # step); conftest splits the CPU in two, so /cpu:2 is none.
+    with pytest.raises(ValueError, match=r"does not have: \['/cpu:2'\]"):
+        make_strategy("mirrored", devices=["/cpu:0", "/cpu:2"])
     assert resolve_jit_compile("auto", strategy) is False
     assert resolve_jit_compile(True, strategy) is True
     on_gpu = bool(tf.config.list_physical_devices("GPU"))
@@ -354,3 +358,11 @@ def test_strategy_and_jit_resolution():
     with pytest.raises(ValueError, match="jit_compile"):
         resolve_jit_compile("yes")
     assert os.environ.get("TF_CONFIG") is None
+
+
+@pytest.mark.parametrize("value", ['{"cluster": {"worker": ["localhost:1"]', '["worker"]'])
+def test_a_malformed_tf_config_is_refused_naming_it(monkeypatch, value):
+    # It failed with json's "Expecting ',' delimiter: line 1 column 38", naming nothing.
+    monkeypatch.setenv("TF_CONFIG", value)
+    with pytest.raises(ValueError, match="invalid TF_CONFIG environment variable"):
+        make_strategy("multi_worker")

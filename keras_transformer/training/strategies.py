@@ -53,6 +53,8 @@ def make_strategy(name: str = "default", devices: Sequence[str] | None = None):
                 "Received an invalid value for argument `devices`, expected a non-empty list "
                 f"of device names such as ['/gpu:0', '/gpu:1']. Received: devices={devices!r}"
             )
+        if devices:
+            _check_devices_exist(devices)
         strategy = tf.distribute.MirroredStrategy(list(devices) if devices else None)
     else:
         if "TF_CONFIG" not in os.environ:
@@ -60,11 +62,52 @@ def make_strategy(name: str = "default", devices: Sequence[str] | None = None):
                 "strategy='multi_worker' without the TF_CONFIG environment variable runs a "
                 "single worker."
             )
+        else:
+            _check_tf_config(os.environ["TF_CONFIG"])
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
     logger.info(
         "Using %s with %d replica(s).", type(strategy).__name__, strategy.num_replicas_in_sync
     )
     return strategy
+
+
+def _check_devices_exist(devices: Sequence[str]) -> None:
+    """Refuses a device this process does not have (a MirroredStrategy over one waits
+    forever in its first step)."""
+    local = tf.config.list_logical_devices()
+    have = {(d.device_type, tf.DeviceSpec.from_string(d.name).device_index) for d in local}
+    missing = []
+    for name in devices:
+        spec = tf.DeviceSpec.from_string(name)
+        if (
+            spec.device_type is not None
+            and (spec.device_type.upper(), spec.device_index or 0) not in have
+        ):
+            missing.append(name)
+    if missing:
+        raise ValueError(
+            f"Received devices that this machine does not have: {missing}. Expected some of "
+            f"{[d.name for d in local]} (more CPU devices: split the CPU with "
+            "`tf.config.set_logical_device_configuration` before TensorFlow starts). "
+            f"Received: devices={list(devices)!r}"
+        )
+
+
+def _check_tf_config(value: str) -> None:
+    """Refuses a `TF_CONFIG` that is not a JSON object, naming it."""
+    try:
+        parsed = json.loads(value)
+    except ValueError as e:
+        raise ValueError(
+            f"Received an invalid TF_CONFIG environment variable, expected a JSON object such "
+            f'as {{"cluster": {{"worker": [...]}}, "task": {{"type": "worker", "index": 0}}}}: '
+            f"{e}. Received: TF_CONFIG={value!r}"
+        ) from None
+    if not isinstance(parsed, dict):
+        raise ValueError(
+            "Received an invalid TF_CONFIG environment variable, expected a JSON object. "
+            f"Received: TF_CONFIG={value!r}"
+        )
 
 
 def resolve_jit_compile(jit_compile: bool | str, strategy=None) -> bool:
