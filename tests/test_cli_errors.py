@@ -122,6 +122,8 @@ def test_file_arguments_are_refused_in_one_line_before_any_decoding(
         (["evaluate", hand_run, *files, "--details", str(folder)], "expected a file to write"),
         (["evaluate", hand_run, *files, "--scores-json", str(folder)], "a file to write"),
         (["average", hand_run, "--last", "1", "--output", str(folder)], "a file to write"),
+        # Before the averaging: an .h5 model did not load back, other names failed in save.
+        (["average", hand_run, "--last", "1", "--output", f"{tmp_path}/a.h5"], "ending in .keras"),
         (["export", hand_run, "--base-path", str(sources)], "test.de is not a directory"),
         (["translate", str(tmp_path / "nope"), "x"], "run directory that does not exist"),
         (["average", str(tmp_path / "nope"), "--last", "1"], "does not exist: "),

@@ -28,8 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--output",
         default=None,
-        help="where to write the averaged model (default: RUN_DIR/model.keras, replaced "
-        "atomically; the last epoch's weights stay in RUN_DIR/checkpoints)",
+        help="where to write the averaged model, a .keras file (default: RUN_DIR/model.keras, "
+        "replaced atomically; the last epoch's weights stay in RUN_DIR/checkpoints)",
     )
 
 
@@ -51,6 +51,13 @@ def run(args: argparse.Namespace) -> int:
         )
     output = args.output or paths.model
     storage.check_file(output, reading=False)
+    if not output.endswith(".keras"):
+        # Checked before the work: Keras saves a model with our layers as .keras only (an .h5
+        # one does not load back; other names fail in `save` after the averaging).
+        raise ValueError(
+            f"Received --output {output!r}, expected a path ending in .keras (the Keras "
+            "model format of the run's model.keras)."
+        )
     model = _run_model(paths)
     average_weights(model, files[-args.last :])
     storage.makedirs(storage.parent(output))
