@@ -38,9 +38,11 @@ def load_config(
     `0.5`, `true`, `null`, `[a, b]`, text), as a dict of dotted keys,
     `{"training.epochs": 1}`, or as keyword arguments, one a section,
     `training={"epochs": 1}` (`task="classification"` for the top-level key); the keyword
-    arguments apply last. Values are type-checked against the dataclass fields like the
-    file's values. `data.batch_size` and `data.tokens_per_batch` are alternatives: an
-    override that sets one clears the other.
+    arguments apply last; a mapping value in any of them sets its keys one by one
+    (`{"data": {"batch_size": 8}}` is `data.batch_size=8`), the rest of the section kept.
+    Values are type-checked against the dataclass fields like the file's values; a file
+    that gives a key twice in one mapping is refused. `data.batch_size` and
+    `data.tokens_per_batch` are alternatives: an override that sets one clears the other.
 
     Args:
         path: a `.yaml`/`.yml`/`.json` file; None starts from the defaults. A bare name such
