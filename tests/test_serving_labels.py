@@ -249,6 +249,14 @@ def test_handle_reload_config_request_over_grpc(base, tmp_path, exports):
         assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert "field base_path" in error.value.details()
         assert answer(srv, "/labels/stable") == "v1:A"
+        # An empty list is a config too: every model unloads (TF Serving un-aspires what a
+        # config drops); it was refused as "the config lists no models".
+        reply = stub.HandleReloadConfigRequest(reload_request("model_config_list { }"), timeout=60)
+        assert reply.status.error_code == 0
+        deadline = time.monotonic() + 60
+        while versions(srv) != [("2", "END"), ("1", "END")] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert versions(srv) == [("2", "END"), ("1", "END")]
 
 
 def test_other_methods_on_the_api_are_malformed_requests(base):

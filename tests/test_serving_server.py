@@ -629,9 +629,17 @@ def test_cli_serves_both_apis_and_sigterm_answers_requests_in_flight(exports, tm
     batching = tmp_path / "batching.config"
     # Each request waits 2 s in the batcher for company: long enough to be in flight at SIGTERM.
     batching.write_text("max_batch_size { value: 64 }\nbatch_timeout_micros { value: 2000000 }\n")
+    config = tmp_path / "models.config"
+    config.write_text(
+        f'model_config_list {{ config {{ name: "toy" base_path: "{base}" '
+        'model_platform: "tensorflow" } }'
+    )
     proc, rest_port, grpc_port = start_cli(
         [
-            "--model_base_path", str(base), "--model_name", "toy",
+            # As TF Serving's Docker image starts it: --model_name/--model_base_path always
+            # given, ignored beside --model_config_file (server.cc BuildAndStart).
+            "--model_name", "model", "--model_base_path", str(tmp_path / "models" / "model"),
+            "--model_config_file", str(config),
             "--rest_api_port", "0", "--port", "0", "--file_system_poll_wait_seconds", "0",
             "--enable_batching", "--batching_parameters_file", str(batching),
         ]
@@ -654,6 +662,18 @@ def test_cli_serves_both_apis_and_sigterm_answers_requests_in_flight(exports, tm
     for port in (rest_port, grpc_port):
         with pytest.raises(OSError):
             socket.create_connection(("127.0.0.1", port), timeout=2).close()
+
+
+def test_a_grpc_port_in_use_fails_the_start_in_one_error(exports, tmp_path):
+    # grpcio raises RuntimeError on a port in use: it escaped the CLI as a traceback.
+    base = tmp_path / "toy"
+    shutil.copytree(exports[1], base / "1")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(OSError, match=f"Failed to BuildAndStart gRPC server: .*:{port}"):
+            start_server(base, "toy", host="127.0.0.1", port=None, grpc_port=port)
 
 
 @pytest.mark.slow

@@ -188,9 +188,15 @@ def run_from_args(args: argparse.Namespace) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    if (args.model_base_path is None) == (args.model_config_file is None):
-        sys.stderr.write("Give exactly one of --model_base_path or --model_config_file\n")
+    if args.model_base_path is None and args.model_config_file is None:
+        sys.stderr.write(
+            "Both --model_base_path and --model_config_file are empty: give one of them\n"
+        )
         return 2
+    if args.model_config_file is not None:
+        # TF Serving serves the config file and ignores --model_name/--model_base_path
+        # (server.cc BuildAndStart), which its Docker image always passes.
+        args.model_base_path = None
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

@@ -208,8 +208,8 @@ def models_of(
                 f"(label {label!r}; TF Serving assigns labels before any version has loaded: "
                 f"start with {LABELS_FLAG}=true)",
             )
-    if not models:
-        raise field_error(path, None, "model_config_list", "the config lists no models")
+    # An empty list is a config too: TF Serving then serves no model (a reload to it unloads
+    # every model: FileSystemStoragePathSource::UpdateConfig un-aspires the ones it drops).
     return models
 
 

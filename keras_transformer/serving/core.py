@@ -143,7 +143,7 @@ class ServerCore:
             ServingStatusError: FAILED_PRECONDITION for a label TF Serving would refuse;
                 UNKNOWN "N model(s) did not become available: ..." when a new model's first
                 version to end its load failed; CANCELLED when the server closes meanwhile.
-            ValueError: no models, or a name listed twice.
+            ValueError: a name listed twice.
         """
         _check_names(models)
         with self._reload_lock:
@@ -344,9 +344,11 @@ def poll(managers: Sequence[ModelManager]) -> None:
 
 
 def _check_names(models: Sequence[ModelConfig]) -> None:
+    """Unique names, as ``ValidateModelConfigList`` (``server_core.cc``); none is allowed."""
     names = [m.name for m in models]
-    if not models or len(set(names)) != len(names):
-        raise ValueError(f"Need at least one model and unique model names, got {names}")
+    for name in names:
+        if names.count(name) > 1:
+            raise ValueError(f"Illegal to list model {name} multiple times in config list")
 
 
 def check_version_labels(

@@ -257,9 +257,15 @@ class GrpcServer:
         )
         model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelService(core), self._server)
         address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        self.port = self._server.add_insecure_port(address)
+        try:
+            self.port = self._server.add_insecure_port(address)
+        except RuntimeError as e:  # grpcio raises on a port in use (it returned 0 before)
+            self.port = 0
+            reason = f": {e}"
+        else:
+            reason = ""
         if not self.port:
-            raise OSError(f"gRPC: cannot bind {address}")
+            raise OSError(f"Failed to BuildAndStart gRPC server: cannot bind {address}{reason}")
         self.host = host
 
     def start(self) -> None:
