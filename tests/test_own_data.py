@@ -271,6 +271,19 @@ def test_a_run_killed_before_saving_its_model_saves_it_when_run_again(corpus, tm
     )
 
 
+def test_a_run_that_ended_early_then_was_killed_is_not_trained_again(corpus, tmp_path):
+    """Ended by its time budget after its first step (early stopping ends `fit` alike), then
+    killed before saving: the rerun trains nothing more (it resumed at the next epoch with a
+    fresh budget, or patience), and saves the model."""
+    paths = RunPaths(str(tmp_path / "run"))
+    config = _config(paths.root, corpus, "training.epochs=4", "training.max_minutes=1e-6")
+    with pytest.raises(KeyboardInterrupt):
+        train(config, extra_callbacks=[_KilledAtTrainEnd()])
+    result = train(config)
+    assert result.history.epoch == []
+    assert int(result.model.optimizer.iterations) < 4 * 3 and os.path.isfile(paths.model)
+
+
 def test_the_run_directory_refuses_other_tokenizer_settings_and_keeps_its_files(
     holdout_run, corpus, tmp_path
 ):

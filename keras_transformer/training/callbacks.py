@@ -37,6 +37,10 @@ class BackupMismatchError(ValueError):
         self.detail = detail
 
 
+# The backup state's mark of a run whose `fit` returned.
+FINISHED_KEY = "finished"
+
+
 class ResumableBackupAndRestore(keras.callbacks.BackupAndRestore):
     """`keras.callbacks.BackupAndRestore` that resumes an interrupted epoch where it stopped.
 
@@ -97,6 +101,12 @@ class ResumableBackupAndRestore(keras.callbacks.BackupAndRestore):
         state = json.loads(storage.read_text(self._state_path))
         epoch, steps = int(state["epoch"]), int(state["steps"])
         self.restored_epoch, self.restored_steps = epoch, steps
+        if state.get(FINISHED_KEY):
+            # `fit` had returned (the budget or early stopping may have ended it before its
+            # epochs): nothing is left to train, only the model to save.
+            set_initial_epoch(self.model, self.params["epochs"])
+            logger.info("Restored the backup of a run that ended: no step left to train.")
+            return
         if self.steps_per_epoch and steps >= self.steps_per_epoch:
             set_initial_epoch(self.model, epoch + 1)
         elif self.steps_per_epoch and steps > 0:
@@ -163,6 +173,15 @@ class ResumableBackupAndRestore(keras.callbacks.BackupAndRestore):
         super().on_epoch_end(epoch, logs)
         if self.save_freq != "epoch":
             self._save_model()
+
+    def on_train_end(self, logs=None):
+        # `fit` returned: the run ended (its epochs, early stopping or the time budget), and
+        # the backup says so, for a rerun after a kill before the model was saved.
+        if storage.exists(self._state_path):
+            state = json.loads(storage.read_text(self._state_path))
+            with storage.written_beside(self._state_path) as partial:
+                storage.write_text(partial, json.dumps({**state, FINISHED_KEY: True}))
+        super().on_train_end(logs)
 
     def _save_model(self):
         # Each file written beside the backup's own and moved over it (the weights first):
