@@ -58,6 +58,27 @@ def key_padding_attention_mask(key_padding_mask):
     return ops.expand_dims(ops.cast(key_padding_mask, "bool"), 1)
 
 
+def per_head_attention_mask(attention_mask):
+    """An attention mask (B, T, S), or (T, S) for every batch row (broadcastable, as Keras'
+    `MultiHeadAttention` reads it), as bool (B, 1, T, S): one mask for every head.
+
+    Raises:
+        ValueError: for a mask of another rank (a (B, S) padding mask is no attention mask:
+            `key_padding_attention_mask` makes one of it).
+    """
+    rank = len(attention_mask.shape)
+    if rank not in (2, 3):
+        raise ValueError(
+            "Received an invalid value for argument `attention_mask`, expected a mask of rank "
+            "3, (B, T, S), or 2, (T, S); a (B, S) padding mask goes through "
+            f"`key_padding_attention_mask`. Received: attention_mask.shape={attention_mask.shape}"
+        )
+    mask = ops.cast(attention_mask, "bool")
+    if rank == 2:
+        mask = ops.expand_dims(mask, 0)  # (1, T, S)
+    return ops.expand_dims(mask, 1)  # (B, 1, T, S)
+
+
 def merge_masks(*masks):
     """Logical AND of broadcastable boolean masks; `None` entries are skipped.
 

@@ -182,6 +182,25 @@ def test_attention_matches_keras_multi_head_attention(masked):
         )
 
 
+def test_attention_reads_a_two_dimensional_mask_as_keras_does():
+    """A (T, S) mask holds for every batch row (broadcastable to (B, T, S)), as in Keras'
+    MultiHeadAttention; it was read with T on the heads axis (wrong weights, or an error).
+    A mask of another rank is refused."""
+    ours = layers.MultiHeadAttention(num_heads=H, key_dim=D // H)
+    theirs = keras.layers.MultiHeadAttention(num_heads=H, key_dim=D // H)
+    x = np.random.rand(B, T, D).astype("float32")
+    ours(x, x)
+    theirs(x, x)
+    _copy_into_keras_mha(ours, theirs)
+    causal = np.tril(np.ones((T, T), bool))
+    expected = theirs(x, x, attention_mask=causal)
+    np.testing.assert_allclose(ours(x, x, attention_mask=causal), expected, atol=1e-5)
+    np.testing.assert_allclose(ours(x, x, attention_mask=causal[None]), expected, atol=1e-5)
+    for shape in ((T,), (B, 1, T, T)):
+        with pytest.raises(ValueError, match=r"expected a mask of rank 3, \(B, T, S\), or 2"):
+            ours(x, x, attention_mask=np.ones(shape, bool))
+
+
 def test_attention_cache_gives_the_full_sequence_result():
     mha = layers.MultiHeadAttention(num_heads=H, key_dim=D // H)
     x = np.random.rand(B, T, D).astype("float32")
@@ -211,6 +230,8 @@ def test_attention_cache_gives_the_full_sequence_result():
         (lambda: layers.EncoderLayer(num_heads=2, d_ff=8, dropout=-0.1), "dropout=-0.1"),
         (lambda: layers.Encoder(10, d_model=10, num_heads=3), "expected a multiple"),
         (lambda: layers.PositionalEncoding(max_length=0), "max_length=0"),
+        # Keras' Dropout takes 1.0; ours divided by zero when it trained.
+        (lambda: layers.Dropout(1.0), r"argument `rate`, expected a float in \[0, 1\)"),
     ],
 )
 def test_invalid_arguments_raise_value_error_naming_them(factory, message):

@@ -29,6 +29,8 @@ from collections.abc import Iterator
 import keras
 import tensorflow as tf
 
+from keras_transformer.validation import check_rate
+
 _FAST_DEFAULT = contextvars.ContextVar("keras_transformer_fast_dropout", default=False)
 _BITS = 16
 _LEVELS = 2**_BITS
@@ -141,7 +143,9 @@ class Dropout(keras.layers.Dropout):
         fast: bool | None = None,
         **kwargs,
     ):
-        super().__init__(rate, noise_shape=noise_shape, seed=seed, **kwargs)
+        # [0, 1) as every rate of the package (Keras' Dropout takes 1.0, where the kept
+        # values' scale 1 / (1 - rate) divides by zero).
+        super().__init__(check_rate("rate", rate), noise_shape=noise_shape, seed=seed, **kwargs)
         self.fast = _FAST_DEFAULT.get() if fast is None else bool(fast)
 
     def call(self, inputs, training=False):

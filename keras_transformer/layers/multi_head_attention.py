@@ -8,6 +8,7 @@ import keras
 from keras import ops
 
 from keras_transformer.layers.dropout import Dropout
+from keras_transformer.masks import per_head_attention_mask
 from keras_transformer.packing import pack, unpack
 from keras_transformer.validation import check_positive_int, check_rate
 
@@ -92,7 +93,8 @@ class MultiHeadAttention(keras.layers.Layer):
         query: (B, T, d_model).
         value: (B, S, d_model).
         key: (B, S, d_model); defaults to `value`.
-        attention_mask: bool, broadcastable to (B, T, S); True = may attend.
+        attention_mask: bool (B, T, S), or of rank 2 or 3 and broadcastable to it ((T, S) for
+            every row, (1, T, S), (B, 1, S)); True = may attend.
         return_attention_scores: also return the attention weights (B, H, T, S).
         cache: optional `(keys, values)` cache, each (B, H, S_max, D_k) (see above).
         cache_update_index: int or scalar tensor; where the new keys/values go.
@@ -228,7 +230,7 @@ class MultiHeadAttention(keras.layers.Layer):
         # Softmax in float32 for stability under mixed precision.
         scores = ops.cast(scores, "float32")
         if attention_mask is not None:
-            mask = ops.expand_dims(ops.cast(attention_mask, "bool"), 1)  # (B, 1, T, S)
+            mask = per_head_attention_mask(attention_mask)  # (B, 1, T, S)
             scores = ops.where(mask, scores, ops.full_like(scores, -1e9))
         weights = ops.softmax(scores, axis=-1)  # (B, H, T, S)
         if attention_mask is not None:
