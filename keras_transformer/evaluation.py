@@ -111,6 +111,12 @@ def _check_metrics(metrics: Sequence[str]) -> tuple[str, ...]:
     return metrics
 
 
+def one_line(text: Any) -> str:
+    """A hypothesis as one line, as `write_hypotheses` writes it and sacreBLEU reads it
+    back (newlines inside it become spaces): scored so, the printed score is the file's."""
+    return " ".join(str(text).splitlines())
+
+
 def _reference_streams(
     references: Sequence[str] | Sequence[Sequence[str]], num_hypotheses: int
 ) -> list[list[str]]:
@@ -176,7 +182,13 @@ def score_corpus(
     100
     """
     metrics = _check_metrics(metrics)
-    hypotheses = [str(h) for h in hypotheses]
+    hypotheses = [one_line(h) for h in hypotheses]
+    if not hypotheses:
+        # sacreBLEU fails on an empty corpus with an IndexError.
+        raise ValueError(
+            "Received no sentences to score, expected at least one hypothesis and its "
+            "reference (an empty file or data set?)."
+        )
     streams = _reference_streams(references, len(hypotheses))
     scores, signatures, details = {}, {}, {}
     for name in metrics:
@@ -206,7 +218,7 @@ def score_sentences(
         refs = [stream[i] for stream in streams]
         rows.append(
             {
-                name: float(m.sentence_score(str(hypothesis), refs).score)
+                name: float(m.sentence_score(one_line(hypothesis), refs).score)
                 for name, m in objects.items()
             }
         )
@@ -217,7 +229,7 @@ def write_hypotheses(path: str, hypotheses: Sequence[str]) -> str:
     """Writes one hypothesis per line (newlines inside a hypothesis become spaces)."""
     with storage.open_for_writing(path) as f:
         for hypothesis in hypotheses:
-            f.write(" ".join(str(hypothesis).splitlines()) + "\n")
+            f.write(one_line(hypothesis) + "\n")
     logger.info("Wrote %d translations to %s", len(hypotheses), path)
     return path
 

@@ -102,3 +102,23 @@ def test_invalid_inputs():
         score_corpus(HYPOTHESES, REFERENCES[:2])
     with pytest.raises(ValueError, match="not a single string"):
         score_corpus(HYPOTHESES, "The cat sat on a mat.")
+    # sacreBLEU's IndexError on an empty corpus (an empty test file) was let through.
+    with pytest.raises(ValueError, match="Received no sentences to score"):
+        score_corpus([], [])
+
+
+def test_the_printed_score_is_the_written_files(tmp_path):
+    """A hypothesis with a newline is written as one line, and scored as written: the score
+    printed is sacreBLEU's of the --output file (13a reads "-\n" and "- " apart)."""
+    from keras_transformer.evaluation import write_hypotheses
+
+    hypotheses, references = ["A well-\nknown dog."], ["A well-known dog."]
+    path = write_hypotheses(str(tmp_path / "hyp.txt"), hypotheses)
+    with open(path, encoding="utf-8") as f:
+        written = f.read().splitlines()
+    expected = sacrebleu.corpus_bleu(written, [references]).score
+    assert written == ["A well- known dog."]
+    assert score_corpus(hypotheses, references, ("bleu",)).scores["bleu"] == expected
+    assert score_sentences(hypotheses, references, ("bleu",))[0]["bleu"] == pytest.approx(
+        sacrebleu.sentence_bleu(written[0], references).score
+    )
