@@ -24,7 +24,6 @@ Classify API) are rewritten after the save with TF's `MethodNameUpdater`.
 
 from __future__ import annotations
 
-import inspect
 import json
 import logging
 import os
@@ -143,7 +142,8 @@ def export_run(
         version: a positive integer (default: the next free one).
         check_ops: refuse ops that TF Serving does not ship, and XLA.
         **options: the predictor's arguments (`quantize` and `batch_size` for every task;
-            `Translator`, `TextGenerator`: decoding too).
+            `Translator`, `TextGenerator`: decoding too); one it does not take raises the
+            predictor's `TypeError` (the CLI refuses it first, `predictor_options`).
 
     Returns:
         The path of the published version folder.
@@ -161,17 +161,6 @@ def export_run(
     task = task_class(run_task(run_dir))
     if task.decodes:
         options.setdefault("jit_compile", False)  # TF Serving does not compile XLA
-    else:
-        # Its predictor's own arguments (`batch_size`, `quantize`); no decoding options.
-        predictor = task.predictor_class
-        parameters = inspect.signature(predictor.__init__).parameters.values()
-        takes = sorted(p.name for p in parameters if p.default is not inspect.Parameter.empty)
-        refused = sorted(set(options) - set(takes))
-        if refused:
-            raise ValueError(
-                f"Received options that a {task.name} run's {predictor.__name__} does not "
-                f"take ({run_dir}; it does not decode): {refused}. Expected some of {takes}."
-            )
     predictor = task.load_predictor(run_dir, **options)
     return export_predictor(predictor, base_path, model_name, version, check_ops)
 
