@@ -29,19 +29,27 @@ DEFAULT_MULTI30K_DIR = os.environ.get(
 )
 
 
+def _package_module(name: str):
+    """The package's standard-library module `keras_transformer/NAME.py`, loaded from its
+    file (importing the package would import TensorFlow); None for a copy of this module
+    outside the checkout."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = os.path.join(here, "..", "keras_transformer", f"{name}.py")
+    if not os.path.isfile(path):
+        return None
+    spec = importlib.util.spec_from_file_location(f"_keras_transformer_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _use_onednn_by_default() -> None:
     """The package's oneDNN default (`keras_transformer/onednn.py`) in benchmark processes,
     set before they import TensorFlow, and inherited by the processes they start, so that
-    every TensorFlow side runs as the package's users' do. The module is loaded from its
-    file: importing the package would import TensorFlow."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    path = os.path.join(here, "..", "keras_transformer", "onednn.py")
-    if not os.path.isfile(path):  # a copy of this module outside the checkout
-        return
-    spec = importlib.util.spec_from_file_location("_keras_transformer_onednn", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    module.use_onednn_by_default()
+    every TensorFlow side runs as the package's users' do."""
+    onednn = _package_module("onednn")
+    if onednn is not None:
+        onednn.use_onednn_by_default()
 
 
 _use_onednn_by_default()
@@ -66,40 +74,23 @@ def commit() -> str:
 # The vector extensions that decide a CPU's matmul speed, widest first: a model name such as
 # "AMD EPYC" is the same for an AVX2-only host and one with AVX512_BF16.
 VECTOR_FLAGS = ("amx_bf16", "avx512_bf16", "avx512f", "avx2")
-# Those with bf16 instructions: without one, TensorFlow and PyTorch emulate bf16 matmuls.
-BF16_FLAGS = ("amx_bf16", "avx512_bf16")
-
-
-def _cpuinfo(cpuinfo: str) -> tuple[str, set[str] | None]:
-    """The first model name and flag set in `cpuinfo` ("" and None where absent)."""
-    name, flags = "", None
-    try:
-        with open(cpuinfo, encoding="utf-8") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() == "model name" and not name:
-                    name = value.strip()
-                elif key.strip() == "flags" and flags is None:
-                    flags = set(value.split())
-    except OSError:
-        pass
-    return name, flags
+# The CPU facts the package itself acts on (`training.dtype_policy: auto`).
+_hardware = _package_module("hardware")
 
 
 def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str:
     """The CPU's model name with the vector extensions of `VECTOR_FLAGS` it has ("AMD EPYC
     (AVX512_BF16, AVX512F, AVX2)", "AMD EPYC (AVX2)"), else what `platform` knows."""
-    name, flags = _cpuinfo(cpuinfo)
+    name, flags = _hardware.cpuinfo_fields(cpuinfo)
     name = name or platform.processor() or platform.machine()
     found = [flag.upper() for flag in VECTOR_FLAGS if flag in (flags or ())]
     return f"{name} ({', '.join(found)})" if found else name
 
 
 def native_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool | None:
-    """Whether the CPU has bf16 instructions (`BF16_FLAGS`); None where its flags are unknown
-    (no `/proc/cpuinfo`, or one without a flags line)."""
-    flags = _cpuinfo(cpuinfo)[1]
-    return None if flags is None else any(flag in flags for flag in BF16_FLAGS)
+    """Whether the CPU has bf16 instructions (`keras_transformer.hardware.BF16_CPU_FLAGS`);
+    None where its flags are unknown (no `/proc/cpuinfo`, or one without a flags line)."""
+    return _hardware.native_bf16_cpu(cpuinfo)
 
 
 def _cpu_fields() -> list[int]:

@@ -164,10 +164,10 @@ def _sides(args: argparse.Namespace) -> list[str]:
 def _bf16_sides_for_this_cpu(sides: list[str], asked: bool, native: bool | None) -> list[str]:
     """`sides` less the bf16 ones when they are the default and the CPU emulates bf16.
 
-    Without bf16 instructions (`_machine.BF16_FLAGS`) a bf16 side times TensorFlow's and
-    PyTorch's emulation, slower than float32 and not what a user of the CPU would run (on a
-    2-core AVX2 EPYC, KerasHub's bf16 warm-up pass alone took 247 s, PyTorch compiled's more
-    than 7 minutes). Named in `--sides`, they run, with a note.
+    Without bf16 instructions (`keras_transformer.hardware.BF16_CPU_FLAGS`) a bf16 side
+    times TensorFlow's and PyTorch's emulation, slower than float32 and not what a user of
+    the CPU would run (on a 2-core AVX2 EPYC, KerasHub's bf16 warm-up pass alone took 247 s,
+    PyTorch compiled's more than 7 minutes). Named in `--sides`, they run, with a note.
     """
     bf16 = [side for side in sides if side.endswith("/bf16")]
     if native is not False or not bf16:

@@ -32,7 +32,10 @@ LENGTH_POLICIES = ("drop", "truncate")
 # Training (`training.strategy`, `training.dtype_policy`, `training.jit_compile`,
 # `training.lr_decay`).
 STRATEGIES = ("default", "mirrored", "multi_worker")
-DTYPE_POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")
+DTYPE_POLICIES = ("float32", "mixed_float16", "mixed_bfloat16", "auto")
+# `training.dtype_policy: auto`: bf16 where every device computes in it (`hardware`), on GPUs
+# from this compute capability (Ampere) on; float32 elsewhere.
+BF16_MIN_COMPUTE_CAPABILITY = (8, 0)
 JIT_COMPILE_OPTIONS = (True, False, "auto")
 LR_DECAYS = ("inverse_sqrt", "linear", "cosine")
 

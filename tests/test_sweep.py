@@ -183,6 +183,10 @@ def test_cpu_model_names_the_vector_extensions(tmp_path):
 def test_native_bf16_reads_the_flags(tmp_path):
     from _machine import native_bf16
 
+    from keras_transformer.hardware import native_bf16_cpu
+
+    assert native_bf16_cpu() is native_bf16()  # the benchmarks read the package's fact
+
     entry = "processor\t: 0\nmodel name\t: A CPU\nflags\t\t: fpu sse2 {0}\n\n"
     for name, flags, expected in [
         ("zen4", "avx2 avx512f avx512_bf16", True),

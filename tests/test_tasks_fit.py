@@ -287,3 +287,40 @@ def test_build_task_model_reads_the_config(recipe):
         assert model.num_classes == (4 if config.task == "tagging" else 3)  # + no tag
     remat = {layer.name for layer in model._flatten_layers() if getattr(layer, "_remat_mode", None)}
     assert {f"layer_{i}" for i in range(model.num_layers)} <= remat
+
+
+@pytest.mark.parametrize("recipe", ["multi30k_de_en", "conll2003_pos"])
+@pytest.mark.parametrize(
+    "gpus, native_cpu, expected",
+    [
+        ([], True, "mixed_bfloat16"),  # a CPU with AVX512_BF16 or AMX
+        ([], False, "float32"),  # one that emulates bf16
+        ([], None, "float32"),  # no /proc/cpuinfo: not known to be fast
+        ([(8, 0), (9, 0)], False, "mixed_bfloat16"),  # Ampere and Hopper: the GPUs decide
+        ([(8, 0), (7, 5)], True, "float32"),  # one Turing GPU emulates bf16
+    ],
+)
+def test_auto_dtype_policy_is_bf16_only_where_the_hardware_computes_in_it(
+    monkeypatch, recipe, gpus, native_cpu, expected
+):
+    import types
+
+    from keras_transformer.config import load_config
+    from keras_transformer.tasks import get_task
+    from keras_transformer.training import strategies
+
+    devices = [types.SimpleNamespace(name=f"/physical_device:GPU:{i}") for i in range(len(gpus))]
+    details = {device.name: {"compute_capability": c} for device, c in zip(devices, gpus)}
+    monkeypatch.setattr(strategies.tf.config, "list_physical_devices", lambda kind: devices)
+    monkeypatch.setattr(
+        strategies.tf.config.experimental, "get_device_details", lambda d: details[d.name]
+    )
+    monkeypatch.setattr(strategies, "native_bf16_cpu", lambda: native_cpu)
+    config = load_config(
+        recipe, ["model.d_model=32", "model.d_ff=64", "training.dtype_policy=auto"]
+    )
+    tokenizer = types.SimpleNamespace(vocab_size=100)
+    model = get_task(config).build_model((tokenizer, tokenizer), labels=("a", "b"))
+    assert model.dtype_policy.name == expected
+    assert strategies.resolve_dtype_policy("mixed_float16") == "mixed_float16"  # as given
+    assert keras.config.dtype_policy().name == "float32"  # nothing global changed

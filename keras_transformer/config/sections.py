@@ -196,8 +196,10 @@ class TrainingConfig:
         strategy: `"default"`, `"mirrored"` or `"multi_worker"` (TF_CONFIG).
         devices: the devices of `"mirrored"` (None: all local GPUs).
         jit_compile: `"auto"` (XLA on a single GPU only), `true` or `false`.
-        dtype_policy: `"float32"`, `"mixed_float16"` (loss scaling added by Keras) or
-            `"mixed_bfloat16"`.
+        dtype_policy: `"float32"`, `"mixed_float16"` (loss scaling added by Keras),
+            `"mixed_bfloat16"` or `"auto"` (`"mixed_bfloat16"` where the hardware computes
+            in bf16: a CPU with AVX512_BF16 or AMX, GPUs of compute capability 8.0 or more;
+            else `"float32"`).
         steps_per_execution: steps run per call of the compiled train function.
         backup_freq: steps between `BackupAndRestore` backups (mid-epoch resume).
         early_stopping_patience: epochs without val_loss improving before stopping (None:

@@ -13,6 +13,7 @@ import tensorflow as tf
 from keras_transformer.data.task_sources import TaskData
 from keras_transformer.tasks.base import Task
 from keras_transformer.training.models import TrainingEncoderModel, build_training_model
+from keras_transformer.training.strategies import resolve_dtype_policy
 
 
 def model_arguments(config: Any, vocabulary_size: int, dtype_policy: str | None) -> dict:
@@ -31,7 +32,7 @@ def model_arguments(config: Any, vocabulary_size: int, dtype_policy: str | None)
         "norm_first": m.norm_first,
         "layer_norm_epsilon": m.layer_norm_epsilon,
         "pad_id": m.pad_id,
-        "dtype": dtype_policy or config.training.dtype_policy,
+        "dtype": resolve_dtype_policy(dtype_policy or config.training.dtype_policy),
     }
 
 

@@ -38,6 +38,7 @@ from keras_transformer.tasks.registry import register_task
 from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy
 from keras_transformer.training.metrics import MaskedSparseCategoricalAccuracy
 from keras_transformer.training.models import build_transformer
+from keras_transformer.training.strategies import resolve_dtype_policy
 
 
 @register_task
@@ -126,7 +127,7 @@ class TranslationTask(Task):
             m.to_transformer_config(tokenizers[0].vocab_size, tokenizers[1].vocab_size),
             remat=m.remat if remat is None else remat,
             fast_dropout=m.fast_dropout,
-            dtype_policy=dtype_policy or self.config.training.dtype_policy,
+            dtype_policy=resolve_dtype_policy(dtype_policy or self.config.training.dtype_policy),
             source_eos=self.section.source_eos,
         )
 
