@@ -38,6 +38,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "packing",
             "model_config",
             "onednn",
+            "hardware",
         ),
     ),
     ("layers", ("layers",)),
