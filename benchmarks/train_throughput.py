@@ -4,7 +4,8 @@ Trains the packaged `multi30k_de_en` config for a fixed number of steps and prin
 tokens per second (real, non-pad tokens of `target_out`), the mean step time (after the
 first `--skip` steps, which include tracing/compilation), and the loss and token accuracy
 of the last steps. With `--set training.rdrop_alpha=A` every step is R-Drop's (the batch
-trained twice; the tokens counted once).
+trained twice; the tokens counted once), unless `training.rdrop_start_epoch` is set above 0:
+the one epoch timed here is epoch 0, plain.
 
     python benchmarks/train_throughput.py --steps 200 [--jit both] [--set key=value ...]
 
@@ -71,7 +72,10 @@ def run(task, tokenizers, pairs, steps, skip, jit):
         label_smoothing=t.label_smoothing,
         warmup_steps=t.warmup_steps,
         jit_compile=jit,
-        rdrop_alpha=t.rdrop_alpha,  # R-Drop's doubled steps when the config asks
+        # R-Drop's doubled steps when the config asks (from `rdrop_start_epoch`: this one
+        # epoch of `fit` is epoch 0).
+        rdrop_alpha=t.rdrop_alpha,
+        rdrop_start_epoch=t.rdrop_start_epoch,
     )
     meter = Meter(skip)
     started = time.perf_counter()

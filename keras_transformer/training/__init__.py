@@ -7,7 +7,8 @@ Public API:
 - `MaskedSparseCategoricalAccuracy`, `MaskedPerplexity`: token accuracy and perplexity over
   real tokens.
 - `TransformerSchedule`: the warmup / inverse square-root learning rate.
-- `make_strategy`, `resolve_jit_compile`, `is_chief`: strategies and XLA per strategy.
+- `make_strategy`, `resolve_jit_compile`, `resolve_dtype_policy`, `is_chief`: strategies,
+  XLA per strategy and the dtype policy per hardware (`training.dtype_policy: auto`).
 - `ResumableBackupAndRestore`, `make_callbacks`: resumable training, checkpoints, logs.
 - `DistributedTrainingMixin` (`distributed.py`); `TrainingTransformer`,
   `TrainingEncoderModel`, `TrainingDecoderModel`, `build_training_model`,
@@ -54,6 +55,7 @@ from keras_transformer.training.schedules import TransformerSchedule
 from keras_transformer.training.strategies import (
     is_chief,
     make_strategy,
+    resolve_dtype_policy,
     resolve_jit_compile,
 )
 
@@ -74,5 +76,6 @@ __all__ = [
     "make_callbacks",
     "make_strategy",
     "masked_label_smoothed_cross_entropy",
+    "resolve_dtype_policy",
     "resolve_jit_compile",
 ]
