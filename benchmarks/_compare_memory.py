@@ -26,7 +26,7 @@ def memory_child(args: argparse.Namespace) -> None:
 
     from keras_transformer.config import load_config
 
-    config = load_config("multi30k_de_en", args.overrides)
+    config = load_config("multi30k_de_en", ["training.dtype_policy=float32", *args.overrides])
     data = np.load(args.memory_child)
     batches = load_saved(data, "m")
     model = build_ours(config, int(data["vocab"]))

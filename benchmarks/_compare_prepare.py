@@ -33,6 +33,8 @@ def prepare(args: argparse.Namespace) -> None:
         f"translation.local_dir={os.path.abspath(args.multi30k_dir)}",
         f"data.data_dir={os.path.join(args.work_dir, 'tfds')}",
         f"training.run_dir={args.work_dir}",
+        # The weights and reference logits in float32 (each side's precision is its own).
+        "training.dtype_policy=float32",
         *args.overrides,
     ]
     config = load_config("multi30k_de_en", overrides)
