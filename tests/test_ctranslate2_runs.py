@@ -59,6 +59,9 @@ def _config(root, multi30k_dir, name, *overrides):
             "training.learning_rate_scale=0.25",
             "training.lr_decay=inverse_sqrt",
             "model.dropout=0.0",
+            # CTranslate2 converts the float32 weights and computes in float32: so does ours
+            # here (the recipe's `auto` would pick bf16 on a CPU with AVX512_BF16 or AMX).
+            "training.dtype_policy=float32",
             "training.max_minutes=null",
             "training.verbose=0",
             *overrides,

@@ -276,9 +276,9 @@ def test_load_config_packaged_and_overrides(tmp_path):
         ("model.num_heads=3", r"`model.d_model`, expected a multiple of `model.num_heads`"),
         # The recipe's linear decay needs more steps than its 400 warm-up steps.
         (
-            "training.steps_per_epoch=20",
+            "training.steps_per_epoch=13",
             r"`training.epochs \* training.steps_per_epoch`, expected more than "
-            r"`training.warmup_steps`=400 with training.lr_decay='linear'\. Received: .*=400",
+            r"`training.warmup_steps`=400 with training.lr_decay='linear'\. Received: .*=390",
         ),
         ("training.strategy=tpu", r"`training.strategy`, expected one of"),
         ("training.jit_compile=maybe", r"`training.jit_compile`, expected one of"),
