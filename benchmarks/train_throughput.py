@@ -5,9 +5,10 @@ tokens per second (real, non-pad tokens of `target_out`), the mean step time (af
 first `--skip` steps, which include tracing/compilation), and the loss and token accuracy
 of the last steps. The steps are the recipe's plain ones in float32, as the package's
 figures were measured (the recipe trains in bf16 where the hardware computes in it, and with
-R-Drop from its 10th epoch): `--set training.dtype_policy=mixed_bfloat16` times bf16, and
-`--set training.rdrop_start_epoch=0` makes every step R-Drop's (the batch trained twice; the
-tokens counted once).
+R-Drop from its 10th epoch when the time left holds enough of it):
+`--set training.dtype_policy=mixed_bfloat16` times bf16, and `--set
+training.rdrop_start_epoch=0 --set training.rdrop_min_epochs=null` makes every step
+R-Drop's (the batch trained twice; the tokens counted once).
 
     python benchmarks/train_throughput.py --steps 200 [--jit both] [--set key=value ...]
 

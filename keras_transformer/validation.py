@@ -205,27 +205,39 @@ def check_decay_horizon(
         raise _invalid(total_name, expected, total_steps)
 
 
-def check_rdrop(alpha: Any, start_epoch: Any = 0, prefix: str = "") -> tuple[float, int]:
-    """Checks R-Drop's options (`keras_transformer.training.rdrop`): `alpha` >= 0, and
-    `start_epoch` a non-negative integer that is 0 unless `alpha` > 0.
+def check_rdrop(
+    alpha: Any, start_epoch: Any = 0, min_epochs: Any = None, prefix: str = ""
+) -> tuple[float, int, int | None]:
+    """Checks R-Drop's options (`keras_transformer.training.rdrop`): `alpha` >= 0,
+    `start_epoch` a non-negative integer, and `min_epochs` None or a positive integer,
+    given with `start_epoch` > 0 when R-Drop is on (the plain epochs before the start are
+    the ones it times). With `alpha` 0 (off) the other two do nothing, as Keras' optimizers
+    take `ema_momentum` without `use_ema`: a recipe's R-Drop is turned off by `alpha` alone.
 
     Args:
         alpha: R-Drop's weight (0: off).
         start_epoch: the first epoch (counted from 0, as `fit` does) trained with R-Drop.
+        min_epochs: R-Drop starts only if at least this many of its epochs fit in the run
+            (`rdrop.RDropStart`); None: it starts regardless.
         prefix: put before each name in errors (`"training."` for the experiment config).
 
     Returns:
-        `(alpha, start_epoch)`, alpha as a float.
+        `(alpha, start_epoch, min_epochs)`, alpha as a float.
     """
     alpha = check_non_negative_float(prefix + "rdrop_alpha", alpha)
     start_epoch = check_non_negative_int(prefix + "rdrop_start_epoch", start_epoch)
-    if start_epoch and not alpha:
-        raise ValueError(
-            f"Received `{prefix}rdrop_start_epoch` without R-Drop, expected "
-            f"{prefix}rdrop_alpha > 0 or {prefix}rdrop_start_epoch=0. Received: "
-            f"{prefix}rdrop_alpha={alpha}, {prefix}rdrop_start_epoch={start_epoch}"
-        )
-    return alpha, start_epoch
+    if min_epochs is not None:
+        min_epochs = check_positive_int(prefix + "rdrop_min_epochs", min_epochs)
+        if alpha and not start_epoch:
+            raise ValueError(
+                f"Received `{prefix}rdrop_min_epochs` without plain epochs before R-Drop, "
+                f"expected {prefix}rdrop_start_epoch > 0 (R-Drop starts only if the time "
+                f"left after the plain epochs holds {prefix}rdrop_min_epochs of its epochs) "
+                f"or {prefix}rdrop_min_epochs=None. Received: "
+                f"{prefix}rdrop_start_epoch={start_epoch}, "
+                f"{prefix}rdrop_min_epochs={min_epochs}"
+            )
+    return alpha, start_epoch, min_epochs
 
 
 def check_architecture(prefix: str = "", **values: Any) -> dict[str, Any]:

@@ -197,15 +197,31 @@ def test_invalid_rdrop_alpha_is_refused():
     model = tiny(TrainingTransformer)
     with pytest.raises(ValueError, match="rdrop_alpha"):
         model.compile(optimizer="sgd", loss="mse", rdrop_alpha=-0.5)
-    # A start epoch: a non-negative integer, and only with R-Drop on.
-    with pytest.raises(ValueError, match="training.rdrop_start_epoch.*without R-Drop"):
-        validate_training(TrainingConfig(rdrop_start_epoch=3))
+    # A start epoch: a non-negative integer (with R-Drop off it does nothing, so that a
+    # recipe's R-Drop is turned off by `rdrop_alpha=0` alone).
+    off = TrainingConfig(rdrop_start_epoch=3, rdrop_min_epochs=4)
+    validate_training(off)
+    compile_model(tiny(Transformer), **_optimizer_options(ExperimentConfig(training=off)))
+    trained = tiny(TrainingTransformer)
+    compile_model(trained, **_optimizer_options(ExperimentConfig(training=off)))
+    assert not trained.rdrop_on
     with pytest.raises(ValueError, match="training.rdrop_start_epoch"):
         validate_training(TrainingConfig(rdrop_alpha=5.0, rdrop_start_epoch=-1))
     with pytest.raises(ValueError, match="rdrop_start_epoch"):
         model.compile(optimizer="sgd", loss="mse", rdrop_alpha=1.0, rdrop_start_epoch=1.5)
     with pytest.raises(ValueError, match="rdrop_start_epoch"):
-        compile_model(tiny(Transformer), rdrop_start_epoch=2)
+        compile_model(tiny(TrainingTransformer), rdrop_start_epoch=-2)
+    # The epochs R-Drop needs to start: a positive integer, after plain epochs to time.
+    with pytest.raises(ValueError, match="training.rdrop_min_epochs.*rdrop_start_epoch > 0"):
+        validate_training(TrainingConfig(rdrop_alpha=5.0, rdrop_min_epochs=4))
+    with pytest.raises(ValueError, match="training.rdrop_min_epochs"):
+        validate_training(TrainingConfig(rdrop_alpha=5.0, rdrop_start_epoch=2, rdrop_min_epochs=0))
+    with pytest.raises(ValueError, match="rdrop_min_epochs"):
+        model.compile(
+            optimizer="sgd", loss="mse", rdrop_alpha=1.0, rdrop_start_epoch=1, rdrop_min_epochs=-2
+        )
+    with pytest.raises(ValueError, match="rdrop_min_epochs=3"):
+        compile_model(tiny(TrainingTransformer), rdrop_alpha=5.0, rdrop_min_epochs=3)
 
 
 class RowsPerStep(keras.callbacks.Callback):
@@ -262,14 +278,133 @@ def test_rdrop_start_epoch_trains_the_first_epochs_plain():
     assert int(RowsOfTheLoss.rows.numpy()) == 2 * one_pass  # R-Drop on outside `fit`
 
 
+class Switch:
+    """A model stand-in that records `RDropStart`'s switch."""
+
+    def __init__(self):
+        self.states = []
+
+    def set_rdrop_on(self, on):
+        self.states.append(on)
+
+
+class Clock:
+    """`time.monotonic` for `rdrop`, moved by hand."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+class Budget:
+    """A time budget of `seconds` from the clock's start (`TimeBudget`'s reading)."""
+
+    def __init__(self, clock, seconds):
+        self.clock, self.end = clock, clock.now + seconds
+
+    def remaining_seconds(self):
+        return self.end - self.clock()
+
+
+def run_epochs(callback, clock, first, last, seconds):
+    """`fit`'s epochs `first`..`last - 1`, each `seconds[epoch]` long (or the default)."""
+    callback.set_model(Switch())
+    callback.on_train_begin()
+    for epoch in range(first, last):
+        callback.on_epoch_begin(epoch)
+        clock.now += seconds.get(epoch, 60.0)
+    callback.on_train_end()
+    return callback.model.states[:-1]  # on_train_end turns it back on
+
+
+@pytest.mark.parametrize(
+    "budget_minutes, min_epochs, expected_on",
+    [
+        # 3 plain epochs of 60 s (the first, 150 s, traces: left out of the mean), then the
+        # budget left after 330 s holds (budget - 330) // 120 R-Drop epochs, at most 7.
+        (10.0, 2, True),  # 270 s left: 2 epochs of 120 s fit
+        (10.0, 3, False),  # only 2 fit
+        (60.0, 7, True),  # 3270 s left: capped by the 7 epochs left
+        (60.0, 8, False),  # 7 epochs left, whatever the time
+    ],
+)
+def test_rdrop_start_waits_for_enough_budget(monkeypatch, budget_minutes, min_epochs, expected_on):
+    """With `min_epochs`, R-Drop starts at `start_epoch` only if that many of its epochs
+    (twice the mean plain epoch) fit in the time and the epochs left; else never."""
+    from keras_transformer.training import rdrop
+
+    clock = Clock()
+    monkeypatch.setattr(rdrop.time, "monotonic", clock)
+    budget = Budget(clock, budget_minutes * 60)
+    start = rdrop.RDropStart(3, min_epochs=min_epochs, epochs=10, budget=budget)
+    states = run_epochs(start, clock, 0, 10, {0: 150.0})
+    assert states == [False] * 3 + [expected_on] * 7
+    assert start.decision is expected_on
+
+
+def test_rdrop_start_without_a_budget_counts_epochs_and_times_a_resumed_run(monkeypatch):
+    from keras_transformer.training import rdrop
+
+    clock = Clock()
+    monkeypatch.setattr(rdrop.time, "monotonic", clock)
+    # No budget: the epochs left alone decide (5 from epoch 3 of 8).
+    for min_epochs, expected in [(5, True), (6, False)]:
+        start = rdrop.RDropStart(3, min_epochs=min_epochs, epochs=8)
+        assert run_epochs(start, clock, 0, 8, {}) == [False] * 3 + [expected] * 5
+    # Without `min_epochs` R-Drop starts whatever the budget left (none here).
+    spent = Budget(clock, 0.0)
+    start = rdrop.RDropStart(3, epochs=8, budget=spent)
+    assert run_epochs(start, clock, 0, 8, {}) == [False] * 3 + [True] * 5
+    # Resumed at epoch 5, past the start: its first epoch trains plain, timed (its 100 s
+    # alone: no other plain epoch), then 1000 s left hold 5 R-Drop epochs of 200 s.
+    for budget_seconds, expected in [(1100.0, True), (1000.0, False)]:
+        budget = Budget(clock, budget_seconds)
+        start = rdrop.RDropStart(3, min_epochs=5, epochs=20, budget=budget)
+        states = run_epochs(start, clock, 5, 12, {5: 100.0})
+        assert states == [False] + [expected] * 6, budget_seconds
+
+
+def test_fit_reads_the_time_budget_among_its_callbacks():
+    """`fit` hands R-Drop's check the run's `TimeBudget`: a budget with no time left keeps
+    the epochs after the start plain (one pass's rows), one with time doubles them."""
+    from keras_transformer.training.budget import TimeBudget
+
+    class Spent(TimeBudget):  # an hour's budget that reads as spent, so it stops nothing
+        def remaining_seconds(self):
+            return 0.0
+
+    x, labels = batch(Transformer, seed=11)
+    one_pass = int(np.ceil((labels != 0).sum() / LOGIT_ROWS_MULTIPLE)) * LOGIT_ROWS_MULTIPLE
+    data = tf.data.Dataset.from_tensors((x, labels)).repeat()
+    for budget, rows_after in [(Spent(60.0), one_pass), (TimeBudget(60.0), 2 * one_pass)]:
+        model = tiny(TrainingTransformer, dropout=0.1)
+        model(x)
+        model.compile(
+            optimizer="sgd",
+            loss=RowsOfTheLoss(pad_id=0),
+            jit_compile=False,
+            rdrop_alpha=1.0,
+            rdrop_start_epoch=1,
+            rdrop_min_epochs=2,
+        )
+        rows = RowsPerStep()
+        model.fit(data, epochs=3, steps_per_epoch=2, callbacks=[rows, budget], verbose=0)
+        assert rows.epochs == {0: [one_pass] * 2, 1: [rows_after] * 2, 2: [rows_after] * 2}
+        assert model.rdrop_on  # as compiled, after fit
+
+
 def test_the_runner_compiles_rdrop_start_epoch():
     """`training.rdrop_start_epoch` reaches the model, as `training.rdrop_alpha` does."""
     options = _optimizer_options(
-        ExperimentConfig(training=TrainingConfig(rdrop_alpha=5.0, rdrop_start_epoch=6))
+        ExperimentConfig(
+            training=TrainingConfig(rdrop_alpha=5.0, rdrop_start_epoch=6, rdrop_min_epochs=10)
+        )
     )
     model = tiny(TrainingTransformer)
     compile_model(model, **options)
-    assert (model.rdrop_alpha, model.rdrop_start_epoch) == (5.0, 6)
+    assert (model.rdrop_alpha, model.rdrop_start_epoch, model.rdrop_min_epochs) == (5.0, 6, 10)
 
 
 @pytest.mark.slow

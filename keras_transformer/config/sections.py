@@ -189,10 +189,16 @@ class TrainingConfig:
         rdrop_alpha: R-Drop (`keras_transformer.training.rdrop`): each batch is trained
             twice, with different dropout masks, and the loss adds half this weight times
             the mean symmetric KL divergence of the two passes' predictions (fairseq's
-            weighting; 0: off; 5 in the paper for IWSLT'14 de-en). A step costs about twice
-            as much.
+            weighting; 0: off, and the two options below do nothing; 5 in the paper for
+            IWSLT'14 de-en). A step costs about twice as much.
         rdrop_start_epoch: the first epoch (counted from 0) trained with R-Drop; the
             epochs before it train without, at half the cost of a step (0: every epoch).
+        rdrop_min_epochs: with `max_minutes`, R-Drop starts at `rdrop_start_epoch` only if
+            the time budget left then holds at least this many of its epochs (each at twice
+            the plain epochs' measured time) within `epochs`; otherwise the run trains plain
+            to its end (`training.rdrop.RDropStart`). Without a budget, only `epochs`
+            counts. None: R-Drop starts regardless. With R-Drop on, it needs
+            `rdrop_start_epoch > 0` (the plain epochs it times).
         strategy: `"default"`, `"mirrored"` or `"multi_worker"` (TF_CONFIG).
         devices: the devices of `"mirrored"` (None: all local GPUs).
         jit_compile: `"auto"` (XLA on a single GPU only), `true` or `false`.
@@ -228,6 +234,7 @@ class TrainingConfig:
     global_clipnorm: float | None = None
     rdrop_alpha: float = 0.0
     rdrop_start_epoch: int = 0
+    rdrop_min_epochs: int | None = None
     strategy: str = "default"
     devices: list[str] | None = None
     jit_compile: bool | str = "auto"
@@ -297,7 +304,7 @@ def validate_training(t: TrainingConfig) -> None:
         check_rate(f"training.{key}", getattr(t, key))
     for key in ("clipnorm", "global_clipnorm"):
         check_optional(check_positive_float, f"training.{key}", getattr(t, key))
-    check_rdrop(t.rdrop_alpha, t.rdrop_start_epoch, prefix="training.")
+    check_rdrop(t.rdrop_alpha, t.rdrop_start_epoch, t.rdrop_min_epochs, prefix="training.")
     if t.steps_per_epoch is not None:  # else the steps are counted from the data
         check_decay_horizon(
             t.lr_decay,

@@ -357,6 +357,7 @@ def _optimizer_options(config: ExperimentConfig) -> dict[str, Any]:
         "global_clipnorm": t.global_clipnorm,
         "rdrop_alpha": t.rdrop_alpha,
         "rdrop_start_epoch": t.rdrop_start_epoch,
+        "rdrop_min_epochs": t.rdrop_min_epochs,
         "jit_compile": t.jit_compile,
         "steps_per_execution": t.steps_per_execution,
     }

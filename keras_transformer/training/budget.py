@@ -47,6 +47,10 @@ class TimeBudget(keras.callbacks.Callback):
     def elapsed_minutes(self) -> float:
         return (time.monotonic() - self.start) / 60.0
 
+    def remaining_seconds(self) -> float:
+        """Seconds left in the budget (negative once it has passed)."""
+        return self.max_minutes * 60.0 - (time.monotonic() - self.start)
+
     def on_train_begin(self, logs=None):
         if self.start is None:
             self.start = time.monotonic()

@@ -31,6 +31,7 @@ def compile_model(
     global_clipnorm: float | None = None,
     rdrop_alpha: float = 0.0,
     rdrop_start_epoch: int = 0,
+    rdrop_min_epochs: int | None = None,
     jit_compile: bool | str = "auto",
     steps_per_execution: int = 1,
     strategy: tf.distribute.Strategy | None = None,
@@ -65,6 +66,8 @@ def compile_model(
             (`training.models`).
         rdrop_start_epoch: the first epoch of `fit` (counted from 0) with R-Drop; the
             epochs before it train without.
+        rdrop_min_epochs: R-Drop starts only if at least this many of its epochs fit in the
+            time budget left (`rdrop.RDropStart`); None: regardless.
         jit_compile: `True`, `False` or `"auto"` (see `resolve_jit_compile`).
         steps_per_execution: steps per compiled call.
         strategy: the strategy (for `"auto"`); the current one if None.
@@ -97,13 +100,12 @@ def compile_model(
     if isinstance(model, DistributedTrainingMixin):
         options["rdrop_alpha"] = rdrop_alpha
         options["rdrop_start_epoch"] = rdrop_start_epoch
-    elif rdrop_alpha or rdrop_start_epoch:
+        options["rdrop_min_epochs"] = rdrop_min_epochs
+    elif rdrop_alpha:
         raise ValueError(
-            "Received R-Drop options for a model without R-Drop's training step, expected a "
-            "training model (`keras_transformer.training.models`) or rdrop_alpha=0 and "
-            "rdrop_start_epoch=0. "
-            f"Received: rdrop_alpha={rdrop_alpha}, rdrop_start_epoch={rdrop_start_epoch}, "
-            f"model={type(model).__name__}"
+            "Received R-Drop for a model without R-Drop's training step, expected a "
+            "training model (`keras_transformer.training.models`) or rdrop_alpha=0. "
+            f"Received: rdrop_alpha={rdrop_alpha}, model={type(model).__name__}"
         )
     model.compile(
         optimizer=optimizer,

@@ -53,6 +53,7 @@ import tensorflow as tf
 from keras_transformer import compat
 from keras_transformer.compat import in_multi_worker_mode
 from keras_transformer.training import rdrop
+from keras_transformer.training.budget import TimeBudget
 from keras_transformer.training.losses import (
     LOGIT_ROWS_MULTIPLE,
     MaskedSparseCategoricalCrossentropy,
@@ -83,6 +84,7 @@ class DistributedTrainingMixin:
     _per_replica_jit_compile = False
     _rdrop_alpha = 0.0
     _rdrop_start_epoch = 0
+    _rdrop_min_epochs: int | None = None
     _rdrop_on = True  # False in the epochs of `fit` before `rdrop_start_epoch`
     _passes = 1  # 2 while a training step runs on a batch doubled for R-Drop
 
@@ -92,12 +94,17 @@ class DistributedTrainingMixin:
         jit_compile="auto",
         rdrop_alpha: float = 0.0,
         rdrop_start_epoch: int = 0,
+        rdrop_min_epochs: int | None = None,
         **kwargs,
     ):
         """Keras' `compile`, and R-Drop (`keras_transformer.training.rdrop`):
         `rdrop_alpha` its weight (0: off), `rdrop_start_epoch` the first epoch of `fit`
-        (counted from 0) that applies it (0: every epoch)."""
-        self._rdrop_alpha, self._rdrop_start_epoch = check_rdrop(rdrop_alpha, rdrop_start_epoch)
+        (counted from 0) that applies it (0: every epoch), `rdrop_min_epochs` the epochs of
+        it that must fit in the run for it to start (`rdrop.RDropStart`; None: it starts
+        regardless)."""
+        self._rdrop_alpha, self._rdrop_start_epoch, self._rdrop_min_epochs = check_rdrop(
+            rdrop_alpha, rdrop_start_epoch, rdrop_min_epochs
+        )
         self._rdrop_on = True
         strategy = (
             tf.distribute.get_strategy()
@@ -178,6 +185,12 @@ class DistributedTrainingMixin:
         return self._rdrop_start_epoch
 
     @property
+    def rdrop_min_epochs(self) -> int | None:
+        """The R-Drop epochs that must fit in the run for it to start (None: it starts
+        regardless; `rdrop.RDropStart`)."""
+        return self._rdrop_min_epochs
+
+    @property
     def rdrop_on(self) -> bool:
         """Whether a training step now applies R-Drop (`rdrop_alpha > 0`, and in `fit`
         from `rdrop_start_epoch` on)."""
@@ -194,14 +207,23 @@ class DistributedTrainingMixin:
 
     def fit(self, *args, **kwargs):
         """Keras' `fit`; compiled with `rdrop_start_epoch`, its epochs before that one train
-        without R-Drop (`rdrop.RDropStart`, appended to the callbacks)."""
+        without R-Drop (`rdrop.RDropStart`, appended to the callbacks; with
+        `rdrop_min_epochs`, it reads the time budget left from the `budget.TimeBudget`
+        among them, if any)."""
         if self.rdrop_alpha and self._rdrop_start_epoch:
             bound = inspect.signature(super().fit).bind(*args, **kwargs)
             callbacks = bound.arguments.get("callbacks") or []
-            start = rdrop.RDropStart(self._rdrop_start_epoch)
-            if isinstance(callbacks, keras.callbacks.CallbackList):  # used as given by fit
+            is_list = isinstance(callbacks, keras.callbacks.CallbackList)
+            given = callbacks.callbacks if is_list else callbacks
+            start = rdrop.RDropStart(
+                self._rdrop_start_epoch,
+                min_epochs=self._rdrop_min_epochs,
+                epochs=bound.arguments.get("epochs", 1),
+                budget=next((c for c in given if isinstance(c, TimeBudget)), None),
+            )
+            if is_list:  # used as given by fit
                 start.set_model(self)
-                others = [c for c in callbacks.callbacks if not isinstance(c, rdrop.RDropStart)]
+                others = [c for c in given if not isinstance(c, rdrop.RDropStart)]
                 callbacks.callbacks = [*others, start]
             else:
                 callbacks = [*callbacks, start]
