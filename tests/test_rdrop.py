@@ -5,6 +5,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from test_own_data import _config, corpus  # noqa: F401  (a fixture)
 from test_real_positions import RowsAndWeights, RowsOfTheLoss, batch, tiny
 from test_training_fit import dataset, tiny_config
 
@@ -405,6 +406,31 @@ def test_the_runner_compiles_rdrop_start_epoch():
     model = tiny(TrainingTransformer)
     compile_model(model, **options)
     assert (model.rdrop_alpha, model.rdrop_start_epoch, model.rdrop_min_epochs) == (5.0, 6, 10)
+
+
+def test_the_runner_gates_rdrop_on_its_time_budget(corpus, tmp_path, caplog):  # noqa: F811
+    """`keras-transformer train` hands R-Drop's check the run's time budget (an hour here,
+    so the two epochs left bound it)."""
+    import logging
+
+    from keras_transformer.runner import train
+
+    for min_epochs, decision in [(2, "R-Drop on"), (3, "the run trains without it to its end")]:
+        config = _config(
+            str(tmp_path / f"run_{min_epochs}"),
+            corpus,
+            "training.epochs=3",
+            "training.max_minutes=60",
+            "training.rdrop_alpha=1.0",
+            "training.rdrop_start_epoch=1",
+            f"training.rdrop_min_epochs={min_epochs}",
+        )
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="keras_transformer.training.rdrop"):
+            train(config)
+        [line] = [r.getMessage() for r in caplog.records if r.name.endswith("rdrop")]
+        assert line.startswith("R-Drop from epoch 2: the 5") and "minutes left hold 2 " in line
+        assert line.endswith(f"at least {min_epochs} asked: {decision}."), line
 
 
 @pytest.mark.slow
