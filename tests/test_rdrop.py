@@ -1,6 +1,8 @@
 """R-Drop (`keras_transformer.training.rdrop`, `training.rdrop_alpha`): each batch trained
 twice, the two passes' predictions pulled together by a symmetric KL term."""
 
+import os
+
 import keras
 import numpy as np
 import pytest
@@ -280,10 +282,11 @@ def test_rdrop_start_epoch_trains_the_first_epochs_plain():
 
 
 class Switch:
-    """A model stand-in that records `RDropStart`'s switch."""
+    """A model stand-in that records `RDropStart`'s switch and keeps its decision."""
 
-    def __init__(self):
+    def __init__(self, decision=None):
         self.states = []
+        self.rdrop_decision = decision
 
     def set_rdrop_on(self, on):
         self.states.append(on)
@@ -309,13 +312,22 @@ class Budget:
         return self.end - self.clock()
 
 
-def run_epochs(callback, clock, first, last, seconds):
-    """`fit`'s epochs `first`..`last - 1`, each `seconds[epoch]` long (or the default)."""
-    callback.set_model(Switch())
+def run_epochs(callback, clock, first, last, train=None, rest=None, steps=None, model=None):
+    """`fit`'s epochs `first`..`last - 1` of 10 steps: `train[epoch]` seconds of steps
+    (default 60), `steps[epoch]` of them (default 10: fewer for a resumed epoch), then
+    validation's `rest[epoch]` (default 0). Returns the switch's states, one per epoch."""
+    train, rest, steps = train or {}, rest or {}, steps or {}
+    callback.set_model(model or Switch())
+    callback.set_params({"epochs": last, "steps": 10})
     callback.on_train_begin()
     for epoch in range(first, last):
         callback.on_epoch_begin(epoch)
-        clock.now += seconds.get(epoch, 60.0)
+        count = steps.get(epoch, 10)
+        for step in range(count):
+            clock.now += train.get(epoch, 60.0) / count
+            callback.on_train_batch_end(step)
+        callback.on_test_begin()
+        clock.now += rest.get(epoch, 0.0)
     callback.on_train_end()
     return callback.model.states[:-1]  # on_train_end turns it back on
 
@@ -323,26 +335,42 @@ def run_epochs(callback, clock, first, last, seconds):
 @pytest.mark.parametrize(
     "budget_minutes, min_epochs, expected_on",
     [
-        # 3 plain epochs of 60 s (the first, 150 s, traces: left out of the mean), then the
-        # budget left after 330 s holds (budget - 330) // 120 R-Drop epochs, at most 7.
-        (10.0, 2, True),  # 270 s left: 2 epochs of 120 s fit
+        # 3 plain epochs of 60 s (the first, 150 s, traces: left out of the estimate), so
+        # 330 s of the budget are left, holding (budget - 270 s) // 120 s R-Drop epochs,
+        # at most the 7 epochs left.
+        (10.0, 2, True),  # 330 s left: 2 epochs of 120 s fit
         (10.0, 3, False),  # only 2 fit
-        (60.0, 7, True),  # 3270 s left: capped by the 7 epochs left
+        (60.0, 7, True),  # 3330 s left: capped by the 7 epochs left
         (60.0, 8, False),  # 7 epochs left, whatever the time
     ],
 )
 def test_rdrop_start_waits_for_enough_budget(monkeypatch, budget_minutes, min_epochs, expected_on):
     """With `min_epochs`, R-Drop starts at `start_epoch` only if that many of its epochs
-    (twice the mean plain epoch) fit in the time and the epochs left; else never."""
+    (twice the plain steps' time) fit in the time and the epochs left; else never."""
     from keras_transformer.training import rdrop
 
     clock = Clock()
     monkeypatch.setattr(rdrop.time, "monotonic", clock)
     budget = Budget(clock, budget_minutes * 60)
     start = rdrop.RDropStart(3, min_epochs=min_epochs, epochs=10, budget=budget)
-    states = run_epochs(start, clock, 0, 10, {0: 150.0})
+    model = Switch()
+    states = run_epochs(start, clock, 0, 10, train={0: 150.0}, model=model)
     assert states == [False] * 3 + [expected_on] * 7
-    assert start.decision is expected_on
+    assert model.rdrop_decision is expected_on
+
+
+def test_rdrop_start_doubles_the_steps_not_the_validation(monkeypatch):
+    """Validation and the epoch's end (BLEU, saving) are not doubled by R-Drop: epochs of
+    60 s of steps and 60 s of validation make R-Drop epochs of 180 s, not 240."""
+    from keras_transformer.training import rdrop
+
+    clock = Clock()
+    monkeypatch.setattr(rdrop.time, "monotonic", clock)
+    budget = Budget(clock, 210.0 + 240.0 + 600.0)  # 600 s left at the start: 3 x 180 s
+    start = rdrop.RDropStart(3, min_epochs=3, epochs=10, budget=budget)
+    rest = {epoch: 60.0 for epoch in range(10)}
+    states = run_epochs(start, clock, 0, 10, train={0: 150.0}, rest=rest)
+    assert states == [False] * 3 + [True] * 7
 
 
 def test_rdrop_start_without_a_budget_counts_epochs_and_times_a_resumed_run(monkeypatch):
@@ -353,18 +381,42 @@ def test_rdrop_start_without_a_budget_counts_epochs_and_times_a_resumed_run(monk
     # No budget: the epochs left alone decide (5 from epoch 3 of 8).
     for min_epochs, expected in [(5, True), (6, False)]:
         start = rdrop.RDropStart(3, min_epochs=min_epochs, epochs=8)
-        assert run_epochs(start, clock, 0, 8, {}) == [False] * 3 + [expected] * 5
+        assert run_epochs(start, clock, 0, 8) == [False] * 3 + [expected] * 5
     # Without `min_epochs` R-Drop starts whatever the budget left (none here).
     spent = Budget(clock, 0.0)
     start = rdrop.RDropStart(3, epochs=8, budget=spent)
-    assert run_epochs(start, clock, 0, 8, {}) == [False] * 3 + [True] * 5
-    # Resumed at epoch 5, past the start: its first epoch trains plain, timed (its 100 s
-    # alone: no other plain epoch), then 1000 s left hold 5 R-Drop epochs of 200 s.
+    assert run_epochs(start, clock, 0, 8) == [False] * 3 + [True] * 5
+    # Resumed at epoch 5, past the start, without a decision: its first epoch trains
+    # plain, timed (its 100 s alone), then 1000 s left hold 5 R-Drop epochs of 200 s.
     for budget_seconds, expected in [(1100.0, True), (1000.0, False)]:
         budget = Budget(clock, budget_seconds)
         start = rdrop.RDropStart(3, min_epochs=5, epochs=20, budget=budget)
-        states = run_epochs(start, clock, 5, 12, {5: 100.0})
+        states = run_epochs(start, clock, 5, 12, train={5: 100.0})
         assert states == [False] + [expected] * 6, budget_seconds
+    # Resumed 7 steps into epoch 2 (3 left, 18 s): timed by the step, its 10 steps at 6 s
+    # and its 60 s of validation make 180-s R-Drop epochs, 4 in the 850 s left, not 5 (at
+    # twice the partial epoch's 78 s they would be 156 s, 5 of them).
+    budget = Budget(clock, 18.0 + 60.0 + 850.0)
+    start = rdrop.RDropStart(3, min_epochs=5, epochs=20, budget=budget)
+    states = run_epochs(start, clock, 2, 8, train={2: 18.0}, rest={2: 60.0}, steps={2: 3})
+    assert states == [False] * 6
+
+
+def test_rdrop_start_keeps_a_resumed_runs_decision(monkeypatch):
+    """A decision the model holds (restored from the run's backup) stands past the start,
+    whatever the budget left; a run that starts before the start epoch checks anew."""
+    from keras_transformer.training import rdrop
+
+    clock = Clock()
+    monkeypatch.setattr(rdrop.time, "monotonic", clock)
+    for decision in (True, False):
+        start = rdrop.RDropStart(3, min_epochs=5, epochs=20, budget=Budget(clock, 0.0))
+        states = run_epochs(start, clock, 12, 15, model=Switch(decision))
+        assert states == [decision] * 3
+    start = rdrop.RDropStart(3, min_epochs=5, epochs=20, budget=Budget(clock, 3600.0))
+    model = Switch(decision=False)  # another run's
+    assert run_epochs(start, clock, 0, 6, model=model) == [False] * 3 + [True] * 3
+    assert model.rdrop_decision is True
 
 
 def test_fit_reads_the_time_budget_among_its_callbacks():
@@ -406,6 +458,81 @@ def test_the_runner_compiles_rdrop_start_epoch():
     model = tiny(TrainingTransformer)
     compile_model(model, **options)
     assert (model.rdrop_alpha, model.rdrop_start_epoch, model.rdrop_min_epochs) == (5.0, 6, 10)
+
+
+def test_under_multi_worker_the_check_counts_epochs_only(monkeypatch):
+    """Workers would time their own epochs and could disagree: under multi-worker training
+    the check ignores the time budget (spent here) and counts the epochs left (2 of 2)."""
+    from keras_transformer.training import distributed
+    from keras_transformer.training.budget import TimeBudget
+
+    class Spent(TimeBudget):
+        def remaining_seconds(self):
+            return 0.0
+
+    monkeypatch.setattr(distributed, "in_multi_worker_mode", lambda strategy: True)
+    x, labels = batch(Transformer, seed=11)
+    one_pass = int(np.ceil((labels != 0).sum() / LOGIT_ROWS_MULTIPLE)) * LOGIT_ROWS_MULTIPLE
+    model = tiny(TrainingTransformer, dropout=0.1)
+    model(x)
+    model.compile(
+        optimizer="sgd",
+        loss=RowsOfTheLoss(pad_id=0),
+        jit_compile=False,
+        rdrop_alpha=1.0,
+        rdrop_start_epoch=1,
+        rdrop_min_epochs=2,
+    )
+    rows = RowsPerStep()
+    data = tf.data.Dataset.from_tensors((x, labels)).repeat()
+    model.fit(data, epochs=3, steps_per_epoch=1, callbacks=[[Spent(60.0)], rows], verbose=0)
+    assert rows.epochs == {0: [one_pass], 1: [2 * one_pass], 2: [2 * one_pass]}
+
+
+def test_a_resumed_run_keeps_rdrops_decision(tmp_path):
+    """The run's backup keeps R-Drop's decision: killed in its R-Drop epochs and resumed
+    with no budget left, the run doubles its steps from the first one after the restore (a
+    new check would have timed a plain epoch, then kept R-Drop off)."""
+    import json
+
+    from crash import CrashAt
+
+    from keras_transformer.training import make_callbacks
+    from keras_transformer.training.budget import TimeBudget
+
+    class Spent(TimeBudget):
+        def remaining_seconds(self):
+            return 0.0
+
+    x, labels = batch(Transformer, seed=11)
+    one_pass = int(np.ceil((labels != 0).sum() / LOGIT_ROWS_MULTIPLE)) * LOGIT_ROWS_MULTIPLE
+    data = tf.data.Dataset.from_tensors((x, labels)).repeat()
+    backup = str(tmp_path / "backup")
+
+    def run(budget, *extra):
+        model = tiny(TrainingTransformer, dropout=0.1)
+        model(x)
+        model.compile(
+            optimizer="sgd",
+            loss=RowsOfTheLoss(pad_id=0),
+            jit_compile=False,
+            rdrop_alpha=1.0,
+            rdrop_start_epoch=1,
+            rdrop_min_epochs=2,
+        )
+        callbacks = make_callbacks(backup_dir=backup, backup_freq=1, steps_per_epoch=2)
+        rows = RowsPerStep()
+        fit = dict(epochs=4, steps_per_epoch=2, verbose=0)
+        model.fit(data, callbacks=[*callbacks, budget, rows, *extra], **fit)
+        return model, rows
+
+    with pytest.raises(KeyboardInterrupt):  # killed after step 5: epoch 3, its first step
+        run(TimeBudget(60.0), CrashAt(5))
+    with open(os.path.join(backup, "resume_state.json")) as f:
+        assert json.load(f)["rdrop_decision"] is True
+    model, rows = run(Spent(60.0))
+    assert rows.epochs == {2: [2 * one_pass], 3: [2 * one_pass] * 2}
+    assert model.rdrop_decision is True
 
 
 def test_the_runner_gates_rdrop_on_its_time_budget(corpus, tmp_path, caplog):  # noqa: F811

@@ -194,10 +194,12 @@ class TrainingConfig:
         rdrop_start_epoch: the first epoch (counted from 0) trained with R-Drop; the
             epochs before it train without, at half the cost of a step (0: every epoch).
         rdrop_min_epochs: with `max_minutes`, R-Drop starts at `rdrop_start_epoch` only if
-            the time budget left then holds at least this many of its epochs (each at twice
-            the plain epochs' measured time) within `epochs`; otherwise the run trains plain
-            to its end (`training.rdrop.RDropStart`). Without a budget, only `epochs`
-            counts. None: R-Drop starts regardless. With R-Drop on, it needs
+            the time budget left then holds at least this many of its epochs (each its
+            steps at twice the plain epochs' measured time a step, plus their validation)
+            within `epochs`; otherwise the run trains plain to its end
+            (`training.rdrop.RDropStart`; the decision is logged and kept in the run's
+            backup). Without a budget, and under `multi_worker`, only `epochs` counts.
+            None: R-Drop starts regardless. With R-Drop on, it needs
             `rdrop_start_epoch > 0` (the plain epochs it times).
         strategy: `"default"`, `"mirrored"` or `"multi_worker"` (TF_CONFIG).
         devices: the devices of `"mirrored"` (None: all local GPUs).

@@ -39,6 +39,8 @@ class BackupMismatchError(ValueError):
 
 # The backup state's mark of a run whose `fit` returned.
 FINISHED_KEY = "finished"
+# The backup state's copy of R-Drop's check (`rdrop.RDropStart`), so that a resumed run keeps it.
+RDROP_DECISION_KEY = "rdrop_decision"
 
 
 class ResumableBackupAndRestore(keras.callbacks.BackupAndRestore):
@@ -101,6 +103,8 @@ class ResumableBackupAndRestore(keras.callbacks.BackupAndRestore):
         state = json.loads(storage.read_text(self._state_path))
         epoch, steps = int(state["epoch"]), int(state["steps"])
         self.restored_epoch, self.restored_steps = epoch, steps
+        if state.get(RDROP_DECISION_KEY) is not None:
+            self.model.rdrop_decision = bool(state[RDROP_DECISION_KEY])
         if state.get(FINISHED_KEY):
             # `fit` had returned (the budget or early stopping may have ended it before its
             # epochs): nothing is left to train, only the model to save.
@@ -198,9 +202,11 @@ class ResumableBackupAndRestore(keras.callbacks.BackupAndRestore):
                 super()._save_model()
             finally:
                 set_backup_files(self, weights_path, metadata_path)
-            storage.write_text(
-                state, json.dumps({"epoch": backup_epoch(self), "steps": self._steps_done})
-            )
+            values = {"epoch": backup_epoch(self), "steps": self._steps_done}
+            decision = getattr(self.model, "rdrop_decision", None)
+            if decision is not None:  # R-Drop's check (`rdrop.RDropStart`), kept on resume
+                values[RDROP_DECISION_KEY] = decision
+            storage.write_text(state, json.dumps(values))
 
 
 def tensorboard_available() -> bool:

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import logging
 from typing import NamedTuple
 
 import keras
@@ -60,6 +61,8 @@ from keras_transformer.training.losses import (
     scale_for_replicas,
 )
 from keras_transformer.validation import check_rdrop
+
+logger = logging.getLogger(__name__)
 
 
 def is_distributed(strategy: tf.distribute.Strategy | None) -> bool:
@@ -86,6 +89,8 @@ class DistributedTrainingMixin:
     _rdrop_start_epoch = 0
     _rdrop_min_epochs: int | None = None
     _rdrop_on = True  # False in the epochs of `fit` before `rdrop_start_epoch`
+    # `rdrop.RDropStart`'s answer with `rdrop_min_epochs` (None: not checked in this run).
+    rdrop_decision: bool | None = None
     _passes = 1  # 2 while a training step runs on a batch doubled for R-Drop
 
     def compile(
@@ -106,6 +111,7 @@ class DistributedTrainingMixin:
             rdrop_alpha, rdrop_start_epoch, rdrop_min_epochs
         )
         self._rdrop_on = True
+        self.rdrop_decision = None
         strategy = (
             tf.distribute.get_strategy()
             if tf.distribute.has_strategy()
@@ -214,12 +220,22 @@ class DistributedTrainingMixin:
             bound = inspect.signature(super().fit).bind(*args, **kwargs)
             callbacks = bound.arguments.get("callbacks") or []
             is_list = isinstance(callbacks, keras.callbacks.CallbackList)
-            given = callbacks.callbacks if is_list else callbacks
+            given = callbacks.callbacks if is_list else keras.tree.flatten(callbacks)
+            budget = next((c for c in given if isinstance(c, TimeBudget)), None)
+            multi_worker = in_multi_worker_mode(self.distribute_strategy)
+            if budget is not None and self._rdrop_min_epochs and multi_worker:
+                # Each worker would time its own epochs and could decide otherwise than
+                # the others: they agree on the epochs left.
+                logger.info(
+                    "R-Drop's check counts the epochs left only under multi-worker training "
+                    "(each worker would time its own epochs)."
+                )
+                budget = None
             start = rdrop.RDropStart(
                 self._rdrop_start_epoch,
                 min_epochs=self._rdrop_min_epochs,
                 epochs=bound.arguments.get("epochs", 1),
-                budget=next((c for c in given if isinstance(c, TimeBudget)), None),
+                budget=budget,
             )
             if is_list:  # used as given by fit
                 start.set_model(self)

@@ -139,13 +139,16 @@ class RDropStart(keras.callbacks.Callback):
     first step.
 
     With `min_epochs`, R-Drop starts only if at least that many of its epochs fit in the
-    run: in the `epochs` left and, with a `budget`, in the time it has left, each R-Drop
-    epoch estimated at `RDROP_STEP_COST` times the mean plain epoch of this `fit` (its
-    first left out when there are more: it traces the step). Where they do not fit, the
-    run trains plain to its end: a time budget too short for R-Drop to pay for its
-    doubled steps buys more plain ones instead. The check runs once, at the first epoch
-    from `start_epoch` on that follows a plain epoch of this `fit` (a run resumed past
-    `start_epoch` trains its first epoch plain to time it), and is logged.
+    run: in the `epochs` left and, with a `budget`, in the time it has left. An R-Drop epoch
+    is estimated from this `fit`'s plain epochs: `RDROP_STEP_COST` times their training
+    time a step (the first epoch left out when there are more: it traces the step) times
+    the steps of an epoch, plus their mean time outside training (validation, BLEU,
+    saving), which R-Drop does not double. Where they do not fit, the run trains plain to
+    its end: a time budget too short for R-Drop to pay for its doubled steps buys more plain
+    ones instead. The check runs once, at the first epoch from `start_epoch` on that follows
+    a plain epoch of this `fit`, and is logged; its answer is kept on the model
+    (`rdrop_decision`), which the run's backups save, so that a resumed run keeps it (a run
+    resumed past `start_epoch` without one trains its first epoch plain to time it).
 
     Args:
         start_epoch: the first epoch with R-Drop.
@@ -175,27 +178,39 @@ class RDropStart(keras.callbacks.Callback):
         self.min_epochs = min_epochs
         self.epochs = epochs
         self.budget = budget
-        self.decision: bool | None = None  # the check's answer, once made
-        self._epoch_begins: list[float] = []  # this fit's plain epochs' begin times
+        self._plain: list[_PlainEpoch] = []  # this fit's plain epochs, timed
 
     def on_train_begin(self, logs=None):
-        self._epoch_begins = []
+        self._plain = []
 
     def on_epoch_begin(self, epoch, logs=None):
         now = time.monotonic()
+        if self._plain:
+            self._plain[-1].end = now
         on = epoch >= self.start_epoch
-        if on and self.min_epochs is not None:
-            if self.decision is None:
-                self.decision = self._fits(epoch, now)
-            on = bool(self.decision)
+        if self.min_epochs is not None:
+            if not on:  # before the start: no decision belongs to this run yet
+                self.model.rdrop_decision = None
+            else:
+                if self.model.rdrop_decision is None:
+                    self.model.rdrop_decision = self._fits(epoch)
+                on = bool(self.model.rdrop_decision)
         if not on:
-            self._epoch_begins.append(now)
+            self._plain.append(_PlainEpoch(begin=now))
         self.model.set_rdrop_on(on)
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self._plain and self._plain[-1].end is None:
+            self._plain[-1].steps = batch + 1
+
+    def on_test_begin(self, logs=None):
+        if self._plain and self._plain[-1].end is None and self._plain[-1].trained is None:
+            self._plain[-1].trained = time.monotonic()
 
     def on_train_end(self, logs=None):
         self.model.set_rdrop_on(True)
 
-    def _fits(self, epoch: int, now: float) -> bool | None:
+    def _fits(self, epoch: int) -> bool | None:
         """Whether `min_epochs` R-Drop epochs fit from `epoch` on; None: no plain epoch of
         this `fit` timed yet."""
         epochs_left = (self.epochs - epoch) if self.epochs is not None else None
@@ -209,25 +224,50 @@ class RDropStart(keras.callbacks.Callback):
                 "R-Drop on" if fit else "the run trains without it to its end",
             )
             return fit
-        durations = [b - a for a, b in zip(self._epoch_begins, [*self._epoch_begins[1:], now])]
-        if not durations:
+        timed = [e for e in self._plain if e.end is not None and e.steps]
+        if not timed:
             return None
-        plain = sum(durations[1:] or durations) / len(durations[1:] or durations)
+        timed = timed[1:] or timed
+        seconds_per_step = sum(e.training for e in timed) / sum(e.steps for e in timed)
+        steps = (self.params or {}).get("steps") or max(e.steps for e in timed)
+        rest = sum(e.rest for e in timed) / len(timed)
+        plain = seconds_per_step * steps + rest
+        doubled = RDROP_STEP_COST * seconds_per_step * steps + rest
         remaining = self.budget.remaining_seconds()
-        affordable = max(0, int(remaining / (RDROP_STEP_COST * plain)))
+        affordable = max(0, int(remaining / doubled))
         if epochs_left is not None:
             affordable = min(affordable, epochs_left)
         fit = affordable >= self.min_epochs
         logger.info(
             "R-Drop from epoch %d: the %.1f minutes left hold %d epochs of it (%.2f minutes "
-            "each, %.1fx a plain epoch's %.2f), at least %d asked: %s.",
+            "each: a plain epoch's %.2f, its %d steps at %.1fx), at least %d asked: %s.",
             epoch + 1,
             max(remaining, 0.0) / 60.0,
             affordable,
-            RDROP_STEP_COST * plain / 60.0,
-            RDROP_STEP_COST,
+            doubled / 60.0,
             plain / 60.0,
+            steps,
+            RDROP_STEP_COST,
             self.min_epochs,
             "R-Drop on" if fit else "the run trains without it to its end",
         )
         return fit
+
+
+class _PlainEpoch:
+    """The times of one plain epoch of `fit`: its begin, the end of its training steps
+    (validation's begin) and its end (the next epoch's begin), and its steps."""
+
+    def __init__(self, begin: float):
+        self.begin = begin
+        self.trained: float | None = None
+        self.end: float | None = None
+        self.steps = 0
+
+    @property
+    def training(self) -> float:
+        return (self.trained or self.end) - self.begin
+
+    @property
+    def rest(self) -> float:
+        return self.end - (self.trained or self.end)
