@@ -16,6 +16,7 @@ from keras_transformer.config.sections import validate_training
 from keras_transformer.models.transformer import Transformer
 from keras_transformer.runner.train import _optimizer_options
 from keras_transformer.training import compile_model
+from keras_transformer.training.budget import TimeBudget
 from keras_transformer.training.losses import (
     LOGIT_ROWS_MULTIPLE,
     MaskedSparseCategoricalCrossentropy,
@@ -240,14 +241,12 @@ class RowsPerStep(keras.callbacks.Callback):
         self.epoch = epoch
 
 
-def test_rdrop_start_epoch_trains_the_first_epochs_plain():
-    """Compiled with `rdrop_start_epoch`, `fit`'s epochs before it run plain steps (the
-    loss sees one pass's rows of logits) and the later ones doubled steps (two passes'); a
-    run resumed past it (`initial_epoch`) doubles from its first step; after `fit` the
-    model applies R-Drop again, as compiled."""
+def compiled_for_rows(start_epoch, min_epochs=None):
+    """A tiny training model compiled with R-Drop from `start_epoch` (if `min_epochs` of it
+    fit), its loss recording the rows of logits of each step; with a batch repeated and one
+    pass's rows."""
     x, labels = batch(Transformer, seed=11)
     one_pass = int(np.ceil((labels != 0).sum() / LOGIT_ROWS_MULTIPLE)) * LOGIT_ROWS_MULTIPLE
-    data = tf.data.Dataset.from_tensors((x, labels)).repeat()
     model = tiny(TrainingTransformer, dropout=0.1)
     model(x)
     model.compile(
@@ -255,8 +254,24 @@ def test_rdrop_start_epoch_trains_the_first_epochs_plain():
         loss=RowsOfTheLoss(pad_id=0),
         jit_compile=False,
         rdrop_alpha=1.0,
-        rdrop_start_epoch=2,
+        rdrop_start_epoch=start_epoch,
+        rdrop_min_epochs=min_epochs,
     )
+    return model, tf.data.Dataset.from_tensors((x, labels)).repeat(), one_pass
+
+
+def gated():
+    """R-Drop from epoch 1 if 2 of its epochs fit (`compiled_for_rows`)."""
+    return compiled_for_rows(start_epoch=1, min_epochs=2)
+
+
+def test_rdrop_start_epoch_trains_the_first_epochs_plain():
+    """Compiled with `rdrop_start_epoch`, `fit`'s epochs before it run plain steps (the
+    loss sees one pass's rows of logits) and the later ones doubled steps (two passes'); a
+    run resumed past it (`initial_epoch`) doubles from its first step; after `fit` the
+    model applies R-Drop again, as compiled."""
+    model, data, one_pass = compiled_for_rows(start_epoch=2)
+    x, labels = next(iter(data))
     assert model.rdrop_start_epoch == 2
     rows = RowsPerStep()
     model.fit(data, epochs=4, steps_per_epoch=3, callbacks=[rows], verbose=0)
@@ -419,29 +434,19 @@ def test_rdrop_start_keeps_a_resumed_runs_decision(monkeypatch):
     assert model.rdrop_decision is True
 
 
+class Spent(TimeBudget):
+    """An hour's `TimeBudget` that reads as spent (so it stops nothing)."""
+
+    def remaining_seconds(self):
+        return 0.0
+
+
 def test_fit_reads_the_time_budget_among_its_callbacks():
     """`fit` hands R-Drop's check the run's `TimeBudget`: a budget with no time left keeps
     the epochs after the start plain (one pass's rows), one with time doubles them."""
-    from keras_transformer.training.budget import TimeBudget
-
-    class Spent(TimeBudget):  # an hour's budget that reads as spent, so it stops nothing
-        def remaining_seconds(self):
-            return 0.0
-
-    x, labels = batch(Transformer, seed=11)
-    one_pass = int(np.ceil((labels != 0).sum() / LOGIT_ROWS_MULTIPLE)) * LOGIT_ROWS_MULTIPLE
-    data = tf.data.Dataset.from_tensors((x, labels)).repeat()
-    for budget, rows_after in [(Spent(60.0), one_pass), (TimeBudget(60.0), 2 * one_pass)]:
-        model = tiny(TrainingTransformer, dropout=0.1)
-        model(x)
-        model.compile(
-            optimizer="sgd",
-            loss=RowsOfTheLoss(pad_id=0),
-            jit_compile=False,
-            rdrop_alpha=1.0,
-            rdrop_start_epoch=1,
-            rdrop_min_epochs=2,
-        )
+    for budget, doubled in [(Spent(60.0), False), (TimeBudget(60.0), True)]:
+        model, data, one_pass = gated()
+        rows_after = 2 * one_pass if doubled else one_pass
         rows = RowsPerStep()
         model.fit(data, epochs=3, steps_per_epoch=2, callbacks=[rows, budget], verbose=0)
         assert rows.epochs == {0: [one_pass] * 2, 1: [rows_after] * 2, 2: [rows_after] * 2}
@@ -464,27 +469,10 @@ def test_under_multi_worker_the_check_counts_epochs_only(monkeypatch):
     """Workers would time their own epochs and could disagree: under multi-worker training
     the check ignores the time budget (spent here) and counts the epochs left (2 of 2)."""
     from keras_transformer.training import distributed
-    from keras_transformer.training.budget import TimeBudget
-
-    class Spent(TimeBudget):
-        def remaining_seconds(self):
-            return 0.0
 
     monkeypatch.setattr(distributed, "in_multi_worker_mode", lambda strategy: True)
-    x, labels = batch(Transformer, seed=11)
-    one_pass = int(np.ceil((labels != 0).sum() / LOGIT_ROWS_MULTIPLE)) * LOGIT_ROWS_MULTIPLE
-    model = tiny(TrainingTransformer, dropout=0.1)
-    model(x)
-    model.compile(
-        optimizer="sgd",
-        loss=RowsOfTheLoss(pad_id=0),
-        jit_compile=False,
-        rdrop_alpha=1.0,
-        rdrop_start_epoch=1,
-        rdrop_min_epochs=2,
-    )
+    model, data, one_pass = gated()
     rows = RowsPerStep()
-    data = tf.data.Dataset.from_tensors((x, labels)).repeat()
     model.fit(data, epochs=3, steps_per_epoch=1, callbacks=[[Spent(60.0)], rows], verbose=0)
     assert rows.epochs == {0: [one_pass], 1: [2 * one_pass], 2: [2 * one_pass]}
 
@@ -498,39 +486,22 @@ def test_a_resumed_run_keeps_rdrops_decision(tmp_path):
     from crash import CrashAt
 
     from keras_transformer.training import make_callbacks
-    from keras_transformer.training.budget import TimeBudget
 
-    class Spent(TimeBudget):
-        def remaining_seconds(self):
-            return 0.0
-
-    x, labels = batch(Transformer, seed=11)
-    one_pass = int(np.ceil((labels != 0).sum() / LOGIT_ROWS_MULTIPLE)) * LOGIT_ROWS_MULTIPLE
-    data = tf.data.Dataset.from_tensors((x, labels)).repeat()
     backup = str(tmp_path / "backup")
 
     def run(budget, *extra):
-        model = tiny(TrainingTransformer, dropout=0.1)
-        model(x)
-        model.compile(
-            optimizer="sgd",
-            loss=RowsOfTheLoss(pad_id=0),
-            jit_compile=False,
-            rdrop_alpha=1.0,
-            rdrop_start_epoch=1,
-            rdrop_min_epochs=2,
-        )
+        model, data, one_pass = gated()
         callbacks = make_callbacks(backup_dir=backup, backup_freq=1, steps_per_epoch=2)
         rows = RowsPerStep()
         fit = dict(epochs=4, steps_per_epoch=2, verbose=0)
         model.fit(data, callbacks=[*callbacks, budget, rows, *extra], **fit)
-        return model, rows
+        return model, rows, one_pass
 
     with pytest.raises(KeyboardInterrupt):  # killed after step 5: epoch 3, its first step
         run(TimeBudget(60.0), CrashAt(5))
     with open(os.path.join(backup, "resume_state.json")) as f:
         assert json.load(f)["rdrop_decision"] is True
-    model, rows = run(Spent(60.0))
+    model, rows, one_pass = run(Spent(60.0))
     assert rows.epochs == {2: [2 * one_pass], 3: [2 * one_pass] * 2}
     assert model.rdrop_decision is True
 
